@@ -1,0 +1,497 @@
+//! One shard: decoder + flow table + host table + expiry, fed packets in batches.
+//!
+//! Batches are processed in three passes so memory latency overlaps (as DPDK's bulk lookup and
+//! Cento do): hash every packet and prefetch its index slot; read the slots and prefetch the
+//! candidate flow entries; then compare keys and update counters. Everything periodic (host
+//! accounting, idle/active timeouts, host purge) happens in [`Engine::tick`], driven by packet
+//! time, so reading a file gives the same result however fast it is read.
+
+use crate::flow::{EndReason, Flow, FlowRecord, NO_HOST};
+use crate::host::{HostKey, HostTable};
+use crate::key::{Dir, FlowKey};
+use crate::stats::{DropReason, ShardStats};
+use crate::table::{prefetch_read, Index};
+use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
+
+/// What to do with a packet that would open a new flow when the table is full.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum FullPolicy {
+    /// Expire the longest-idle flows early (emitted with reason `evicted`) to make room.
+    EvictIdle,
+    /// Keep existing flows; count the packet as dropped (`flow_table_full`).
+    Drop,
+}
+
+#[derive(Clone, Copy, Debug)]
+pub struct EngineConfig {
+    pub max_flows: usize,
+    pub max_hosts: usize,
+    pub idle_timeout_ns: u64,
+    /// 0 disables the active timeout.
+    pub active_timeout_ns: u64,
+    /// Idle time after which a TCP flow closed by FIN/FIN or RST is emitted.
+    pub tcp_end_timeout_ns: u64,
+    pub host_idle_timeout_ns: u64,
+    pub full_policy: FullPolicy,
+    pub tick_ns: u64,
+}
+
+impl Default for EngineConfig {
+    fn default() -> Self {
+        EngineConfig {
+            max_flows: 1 << 20,
+            max_hosts: 1 << 20,
+            idle_timeout_ns: 120_000_000_000,
+            active_timeout_ns: 1_800_000_000_000,
+            tcp_end_timeout_ns: 10_000_000_000,
+            host_idle_timeout_ns: 300_000_000_000,
+            full_policy: FullPolicy::EvictIdle,
+            tick_ns: 1_000_000_000,
+        }
+    }
+}
+
+/// A captured frame as handed to [`Engine::process_frames`].
+#[derive(Clone, Copy, Debug)]
+pub struct PacketRef<'a> {
+    pub ts_ns: u64,
+    pub wire_len: u32,
+    pub data: &'a [u8],
+}
+
+const BATCH: usize = 32;
+const NO_SLOT: u32 = u32::MAX;
+const HOST_PURGE_EVERY_TICKS: u64 = 10;
+
+pub struct Engine {
+    cfg: EngineConfig,
+    decoder: Decoder,
+    index: Index,
+    flows: Vec<Flow>,
+    free: Vec<u32>,
+    live_flows: usize,
+    hosts: HostTable,
+    stats: ShardStats,
+    expired: Vec<FlowRecord>,
+    now_ns: u64,
+    next_tick_ns: u64,
+    ticks: u64,
+    last_failed_evict_ns: Option<u64>,
+    // Scratch for one batch.
+    decoded: Option<Box<[Decoded; BATCH]>>,
+    ts: [u64; BATCH],
+}
+
+impl Engine {
+    pub fn new(cfg: EngineConfig) -> Engine {
+        let max_flows = cfg.max_flows.max(BATCH);
+        Engine {
+            index: Index::with_max_entries(max_flows),
+            flows: Vec::new(),
+            free: Vec::new(),
+            live_flows: 0,
+            hosts: HostTable::new(cfg.max_hosts.max(1)),
+            stats: ShardStats::default(),
+            expired: Vec::new(),
+            now_ns: 0,
+            next_tick_ns: 0,
+            ticks: 0,
+            last_failed_evict_ns: None,
+            decoded: Some(Box::new([Decoded::default(); BATCH])),
+            ts: [0; BATCH],
+            decoder: Decoder::default(),
+            cfg: EngineConfig { max_flows, ..cfg },
+        }
+    }
+
+    pub fn config(&self) -> &EngineConfig {
+        &self.cfg
+    }
+
+    /// Decodes and accounts raw frames of one link type.
+    pub fn process_frames(&mut self, link: LinkType, frames: &[PacketRef<'_>]) {
+        // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
+        let mut decoded = self.decoded.take().expect("scratch present");
+        let mut n = 0;
+        for f in frames {
+            if f.ts_ns >= self.next_tick_ns {
+                // Time crossed a tick: account what came before, then expire, so the result is
+                // the same as processing packet by packet.
+                let ts = self.ts;
+                self.account(&decoded[..n], &ts[..n]);
+                n = 0;
+                self.tick(f.ts_ns);
+            }
+            self.stats.packets += 1;
+            self.stats.wire_bytes += f.wire_len as u64;
+            match self
+                .decoder
+                .decode(link, f.ts_ns, f.data, f.wire_len, &mut decoded[n])
+            {
+                Ok(Outcome::Ip) => {
+                    self.ts[n] = f.ts_ns;
+                    n += 1;
+                    if n == BATCH {
+                        let ts = self.ts;
+                        self.account(&decoded[..n], &ts[..n]);
+                        n = 0;
+                    }
+                }
+                Ok(Outcome::NonIp) => self.stats.non_ip += 1,
+                Err(m) => self.stats.malformed[m as usize] += 1,
+            }
+        }
+        let ts = self.ts;
+        self.account(&decoded[..n], &ts[..n]);
+        self.decoded = Some(decoded);
+        self.sync_decoder_counters();
+    }
+
+    /// Accounts packets decoded elsewhere (the reader thread of a multi-shard run).
+    pub fn process_decoded(&mut self, packets: &[Decoded], ts: &[u64]) {
+        let mut start = 0;
+        while start < packets.len() {
+            let mut end = start;
+            while end < packets.len() && end - start < BATCH && ts[end] < self.next_tick_ns {
+                end += 1;
+            }
+            if end == start {
+                self.tick(ts[start]);
+                continue;
+            }
+            self.account(&packets[start..end], &ts[start..end]);
+            start = end;
+        }
+    }
+
+    fn sync_decoder_counters(&mut self) {
+        self.stats.fragments = self.decoder.counters.fragments;
+        self.stats.fragments_unmatched = self.decoder.counters.fragments_unmatched;
+        self.stats.tunneled = self.decoder.counters.tunneled;
+    }
+
+    /// The hot path: up to [`BATCH`] decoded IP packets.
+    #[inline]
+    fn account(&mut self, pkts: &[Decoded], ts: &[u64]) {
+        let n = pkts.len();
+        if n == 0 {
+            return;
+        }
+        let mut keys = [FlowKey::default(); BATCH];
+        let mut dirs = [0 as Dir; BATCH];
+        let mut tags = [0u32; BATCH];
+        let mut slots = [NO_SLOT; BATCH];
+        // Pass 1: canonical keys and hashes; prefetch index slots.
+        for i in 0..n {
+            let (k, d) = FlowKey::from_packet(&pkts[i]);
+            keys[i] = k;
+            dirs[i] = d;
+            tags[i] = k.hash() as u32;
+            self.index.prefetch(tags[i]);
+        }
+        if self.live_flows + n > self.cfg.max_flows {
+            self.make_room(n);
+        }
+        // Pass 2: prefetch the first candidate entry of each packet.
+        for &tag in &tags[..n] {
+            if let Some(slot) = self.peek(tag) {
+                prefetch_read(&self.flows[slot as usize]);
+            }
+        }
+        // Pass 3: find or create, then update.
+        for i in 0..n {
+            let t = ts[i];
+            let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], t);
+            slots[i] = slot;
+            if slot == NO_SLOT {
+                self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
+                continue;
+            }
+            self.flows[slot as usize].update(dirs[i], &pkts[i], t);
+            self.stats.ip_packets += 1;
+            self.stats.ip_bytes += pkts[i].ip_len as u64;
+        }
+        let newest = ts[..n].iter().copied().max().unwrap_or(0);
+        if newest > self.now_ns {
+            self.now_ns = newest;
+        }
+    }
+
+    #[inline(always)]
+    fn peek(&self, tag: u32) -> Option<u32> {
+        // The first slot whose tag matches is almost always the entry itself.
+        let mut first = None;
+        let _ = self.index.find(tag, |s| {
+            first = Some(s);
+            true
+        });
+        first
+    }
+
+    #[inline(always)]
+    fn lookup_or_create(
+        &mut self,
+        key: &FlowKey,
+        tag: u32,
+        dir: Dir,
+        d: &Decoded,
+        ts_ns: u64,
+    ) -> u32 {
+        let flows = &self.flows;
+        match self.index.find(tag, |s| flows[s as usize].key == *key) {
+            Ok(slot) => slot,
+            Err(pos) => self.create(pos, key, tag, dir, d, ts_ns),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn create(
+        &mut self,
+        pos: usize,
+        key: &FlowKey,
+        tag: u32,
+        dir: Dir,
+        d: &Decoded,
+        ts_ns: u64,
+    ) -> u32 {
+        if self.live_flows >= self.cfg.max_flows {
+            return NO_SLOT;
+        }
+        let mut flow = Flow::new(*key, dir, d, ts_ns);
+        // Hosts: side a and side b of the canonical key.
+        let macs = if d.has_mac {
+            [Some(flow.mac_a), Some(flow.mac_b)]
+        } else {
+            [None, None]
+        };
+        for side in 0..2 {
+            let addr = if side == 0 { key.addr_a } else { key.addr_b };
+            let hk = HostKey {
+                addr,
+                ip_version: key.ip_version,
+                vlan: key.vlan,
+            };
+            // Only the MAC of a host on the capture's own segment is meaningful; for tunnelled
+            // traffic the outer MACs belong to routers, so they are not attached to inner hosts.
+            let mac = if d.tunnel == sonde_wire::Tunnel::None {
+                macs[side]
+            } else {
+                None
+            };
+            match self.hosts.get_or_insert(&hk, ts_ns, mac) {
+                Some((hslot, created)) => {
+                    if created {
+                        self.stats.hosts_created += 1;
+                    }
+                    let h = self.hosts.get_mut(hslot);
+                    h.active_flows += 1;
+                    if (side == 0) == flow.client_is_a {
+                        h.flows_as_client += 1;
+                    } else {
+                        h.flows_as_server += 1;
+                    }
+                    flow.hosts[side] = hslot;
+                }
+                None => self.stats.hosts_table_full += 1,
+            }
+        }
+        let slot = match self.free.pop() {
+            Some(s) => {
+                self.flows[s as usize] = flow;
+                s
+            }
+            None => {
+                self.flows.push(flow);
+                (self.flows.len() - 1) as u32
+            }
+        };
+        self.index.insert_at(pos, tag, slot);
+        self.live_flows += 1;
+        self.stats.flows_created += 1;
+        slot
+    }
+
+    /// Adds a flow's not-yet-flushed counts to its hosts.
+    #[inline]
+    fn flush_to_hosts(hosts: &mut HostTable, f: &mut Flow) {
+        if f.pending_pkts == [0, 0] {
+            return;
+        }
+        let [ha, hb] = f.hosts;
+        if ha != NO_HOST {
+            let h = hosts.get_mut(ha);
+            h.sent_pkts += f.pending_pkts[0] as u64;
+            h.sent_bytes += f.pending_bytes[0];
+            h.rcvd_pkts += f.pending_pkts[1] as u64;
+            h.rcvd_bytes += f.pending_bytes[1];
+            h.last_ns = h.last_ns.max(f.last_ns);
+        }
+        if hb != NO_HOST {
+            let h = hosts.get_mut(hb);
+            h.sent_pkts += f.pending_pkts[1] as u64;
+            h.sent_bytes += f.pending_bytes[1];
+            h.rcvd_pkts += f.pending_pkts[0] as u64;
+            h.rcvd_bytes += f.pending_bytes[0];
+            h.last_ns = h.last_ns.max(f.last_ns);
+        }
+        f.pending_pkts = [0, 0];
+        f.pending_bytes = [0, 0];
+    }
+
+    fn remove(&mut self, slot: u32, reason: EndReason) {
+        let f = &mut self.flows[slot as usize];
+        Self::flush_to_hosts(&mut self.hosts, f);
+        for h in f.hosts {
+            if h != NO_HOST {
+                let host = self.hosts.get_mut(h);
+                host.active_flows = host.active_flows.saturating_sub(1);
+            }
+        }
+        f.live = false;
+        let record = FlowRecord { flow: *f, reason };
+        let tag = f.key.hash() as u32;
+        self.index.remove(tag, slot);
+        self.free.push(slot);
+        self.live_flows -= 1;
+        self.stats.flows_ended[reason as usize] += 1;
+        self.expired.push(record);
+    }
+
+    /// Periodic work at packet (or wall) time `now_ns`: host accounting, timeouts, host purge.
+    pub fn tick(&mut self, now_ns: u64) {
+        if now_ns > self.now_ns {
+            self.now_ns = now_ns;
+        }
+        let now = self.now_ns;
+        let cfg = self.cfg;
+        let n = self.flows.len();
+        const AHEAD: usize = 8;
+        for slot in 0..n {
+            if slot + AHEAD < n {
+                let next = &self.flows[slot + AHEAD];
+                if next.live && next.pending_pkts != [0, 0] {
+                    self.hosts.prefetch(next.hosts[0]);
+                    self.hosts.prefetch(next.hosts[1]);
+                }
+            }
+            let f = &mut self.flows[slot];
+            if !f.live {
+                continue;
+            }
+            Self::flush_to_hosts(&mut self.hosts, f);
+            let idle = now.saturating_sub(f.last_ns);
+            let closed = f.tcp_state == crate::flow::TcpState::Closed;
+            if closed && idle >= cfg.tcp_end_timeout_ns {
+                self.remove(slot as u32, EndReason::TcpEnd);
+            } else if idle >= cfg.idle_timeout_ns {
+                self.remove(slot as u32, EndReason::IdleTimeout);
+            } else if cfg.active_timeout_ns > 0
+                && now.saturating_sub(f.record_start_ns) >= cfg.active_timeout_ns
+            {
+                // Emit what the flow did so far and keep tracking it with fresh counters.
+                self.expired.push(FlowRecord {
+                    flow: *f,
+                    reason: EndReason::ActiveTimeout,
+                });
+                self.stats.flows_ended[EndReason::ActiveTimeout as usize] += 1;
+                f.pkts = [0, 0];
+                f.bytes = [0, 0];
+                f.retransmits = [0, 0];
+                f.out_of_order = [0, 0];
+                f.fragments = 0;
+                f.record_start_ns = now;
+                f.first_ns = now;
+            }
+        }
+        self.ticks += 1;
+        if self.ticks % HOST_PURGE_EVERY_TICKS == 0 {
+            let purged = self
+                .hosts
+                .purge(now.saturating_sub(cfg.host_idle_timeout_ns));
+            self.stats.hosts_purged += purged;
+        }
+        self.next_tick_ns = (now / cfg.tick_ns + 1) * cfg.tick_ns;
+    }
+
+    /// Makes room for `n` new flows under [`FullPolicy::EvictIdle`] by expiring the longest
+    /// idle flows first: flows idle for at least half the idle timeout, then a quarter, ...
+    #[cold]
+    fn make_room(&mut self, n: usize) {
+        if self.cfg.full_policy != FullPolicy::EvictIdle {
+            return;
+        }
+        // A sweep costs a pass over the table; after one that freed nothing, wait a little
+        // packet time before the next, so a flood cannot make every batch sweep.
+        if let Some(t) = self.last_failed_evict_ns {
+            if self.now_ns.saturating_sub(t) < 10_000_000 {
+                return;
+            }
+        }
+        let target = n.max(self.cfg.max_flows / 16);
+        let mut threshold = self.cfg.idle_timeout_ns / 2;
+        let mut freed = 0;
+        while freed < target && threshold >= 1_000_000 {
+            for slot in 0..self.flows.len() {
+                let f = &self.flows[slot];
+                if f.live && self.now_ns.saturating_sub(f.last_ns) >= threshold {
+                    self.remove(slot as u32, EndReason::Evicted);
+                    freed += 1;
+                }
+            }
+            threshold /= 2;
+        }
+        self.last_failed_evict_ns = if freed == 0 { Some(self.now_ns) } else { None };
+    }
+
+    /// Emits every flow (end of a capture file, or shutdown).
+    pub fn flush_all(&mut self, reason: EndReason) {
+        for slot in 0..self.flows.len() {
+            if self.flows[slot].live {
+                self.remove(slot as u32, reason);
+            }
+        }
+    }
+
+    /// Records emitted since the last call.
+    pub fn take_expired(&mut self, into: &mut Vec<FlowRecord>) {
+        into.append(&mut self.expired);
+    }
+
+    pub fn expired_len(&self) -> usize {
+        self.expired.len()
+    }
+
+    pub fn stats(&mut self) -> ShardStats {
+        self.sync_decoder_counters();
+        let mut s = self.stats;
+        s.active_flows = self.live_flows as u64;
+        s.active_hosts = self.hosts.len() as u64;
+        s.table_memory = (self.index.memory_bytes()
+            + self.flows.capacity() * std::mem::size_of::<Flow>()
+            + self.free.capacity() * 4
+            + self.hosts.memory_bytes()) as u64;
+        s.last_packet_ns = self.now_ns;
+        s
+    }
+
+    /// Copies of the live flows, with host counters current (a reader's snapshot).
+    pub fn snapshot_flows(&self) -> Vec<Flow> {
+        self.flows.iter().filter(|f| f.live).copied().collect()
+    }
+
+    /// The host table, after bringing host counters up to date.
+    pub fn hosts(&mut self) -> &HostTable {
+        for f in self.flows.iter_mut().filter(|f| f.live) {
+            Self::flush_to_hosts(&mut self.hosts, f);
+        }
+        &self.hosts
+    }
+
+    pub fn now_ns(&self) -> u64 {
+        self.now_ns
+    }
+}
+
+#[cfg(test)]
+mod tests;

@@ -1,0 +1,420 @@
+//! One flow's state and its per-packet update.
+//!
+//! Counters are kept per canonical direction (index 0 = a→b, 1 = b→a, see [`crate::key`]);
+//! `client_is_a` says which side opened the flow, so exporters can report client→server as
+//! "in" the way nProbe does. The first cache line holds what every packet touches.
+
+use crate::key::{Dir, FlowKey};
+use sonde_wire::{tcpflags, Decoded, Tunnel};
+
+pub const NO_HOST: u32 = u32::MAX;
+
+/// TCP connection state as far as a passive observer can tell.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum TcpState {
+    #[default]
+    None = 0,
+    SynSent,
+    SynReceived,
+    Established,
+    /// A FIN was seen from one side.
+    Closing,
+    /// FIN from both sides, or a RST.
+    Closed,
+}
+
+impl TcpState {
+    pub fn name(self) -> &'static str {
+        match self {
+            TcpState::None => "none",
+            TcpState::SynSent => "syn_sent",
+            TcpState::SynReceived => "syn_received",
+            TcpState::Established => "established",
+            TcpState::Closing => "closing",
+            TcpState::Closed => "closed",
+        }
+    }
+}
+
+/// Why a flow record was emitted.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum EndReason {
+    IdleTimeout = 0,
+    ActiveTimeout,
+    TcpEnd,
+    Evicted,
+    EndOfCapture,
+}
+
+impl EndReason {
+    pub const ALL: [EndReason; 5] = [
+        EndReason::IdleTimeout,
+        EndReason::ActiveTimeout,
+        EndReason::TcpEnd,
+        EndReason::Evicted,
+        EndReason::EndOfCapture,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EndReason::IdleTimeout => "idle_timeout",
+            EndReason::ActiveTimeout => "active_timeout",
+            EndReason::TcpEnd => "tcp_end",
+            EndReason::Evicted => "evicted",
+            EndReason::EndOfCapture => "end_of_capture",
+        }
+    }
+
+    /// NetFlow v9/IPFIX flowEndReason (IE 136) value.
+    pub fn ipfix_code(self) -> u8 {
+        match self {
+            EndReason::IdleTimeout => 1,
+            EndReason::ActiveTimeout => 2,
+            EndReason::TcpEnd => 3,
+            EndReason::EndOfCapture => 4,
+            EndReason::Evicted => 5,
+        }
+    }
+}
+
+/// Per-direction TCP sequence tracking, for retransmission and out-of-order counts.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct SeqTrack {
+    /// Sequence number expected next (highest seq + len seen).
+    pub next_seq: u32,
+    pub initialized: bool,
+    /// A gap was seen (a segment beyond `next_seq`), so an older segment may be a late filler.
+    pub gap: bool,
+}
+
+#[derive(Clone, Copy, Debug)]
+#[repr(C, align(64))]
+pub struct Flow {
+    // --- first cache line: touched by every packet ---
+    pub key: FlowKey,
+    pub last_ns: u64,
+    pub pkts: [u64; 2],
+    // --- second line ---
+    pub bytes: [u64; 2],
+    pub first_ns: u64,
+    /// Start of the current record (first packet, or the last active-timeout export).
+    pub record_start_ns: u64,
+    /// Counts not yet added to the host table (flushed every tick and at the end).
+    pub pending_bytes: [u64; 2],
+    pub pending_pkts: [u32; 2],
+    pub hosts: [u32; 2],
+    // --- the rest: TCP and metadata ---
+    pub syn_ns: u64,
+    pub synack_ns: u64,
+    /// Handshake RTT halves in microseconds: SYN → SYN/ACK (server side) and SYN/ACK → ACK
+    /// (client side), as nProbe's SERVER_NW_LATENCY_MS / CLIENT_NW_LATENCY_MS.
+    pub rtt_server_us: u32,
+    pub rtt_client_us: u32,
+    pub seq: [SeqTrack; 2],
+    pub retransmits: [u32; 2],
+    pub out_of_order: [u32; 2],
+    pub mac_a: [u8; 6],
+    pub mac_b: [u8; 6],
+    pub tcp_flags: [u8; 2],
+    pub tcp_state: TcpState,
+    pub client_is_a: bool,
+    pub tunnel: Tunnel,
+    pub tos: u8,
+    pub icmp_type_code: u16,
+    pub live: bool,
+    pub fragments: u32,
+}
+
+impl Default for Flow {
+    fn default() -> Self {
+        Flow {
+            key: FlowKey::default(),
+            last_ns: 0,
+            pkts: [0; 2],
+            bytes: [0; 2],
+            first_ns: 0,
+            record_start_ns: 0,
+            pending_bytes: [0; 2],
+            pending_pkts: [0; 2],
+            hosts: [NO_HOST; 2],
+            syn_ns: 0,
+            synack_ns: 0,
+            rtt_server_us: 0,
+            rtt_client_us: 0,
+            seq: [SeqTrack::default(); 2],
+            retransmits: [0; 2],
+            out_of_order: [0; 2],
+            mac_a: [0; 6],
+            mac_b: [0; 6],
+            tcp_flags: [0; 2],
+            tcp_state: TcpState::None,
+            client_is_a: true,
+            tunnel: Tunnel::None,
+            tos: 0,
+            icmp_type_code: 0,
+            live: false,
+            fragments: 0,
+        }
+    }
+}
+
+/// A flow as handed to sinks when it ends (or reaches its active timeout).
+#[derive(Clone, Copy, Debug)]
+pub struct FlowRecord {
+    pub flow: Flow,
+    pub reason: EndReason,
+}
+
+impl Flow {
+    /// A new flow from its first packet.
+    pub fn new(key: FlowKey, dir: Dir, d: &Decoded, ts_ns: u64) -> Flow {
+        let mut f = Flow {
+            key,
+            first_ns: ts_ns,
+            last_ns: ts_ns,
+            record_start_ns: ts_ns,
+            live: true,
+            ..Flow::default()
+        };
+        // The sender of the first packet is the client, except that a SYN/ACK seen first was
+        // sent by the server.
+        let syn_ack = d.proto == sonde_wire::ipproto::TCP
+            && d.tcp_flags & (tcpflags::SYN | tcpflags::ACK) == (tcpflags::SYN | tcpflags::ACK);
+        let sender_is_a = dir == 0;
+        f.client_is_a = if syn_ack { !sender_is_a } else { sender_is_a };
+        if d.has_mac {
+            if sender_is_a {
+                f.mac_a = d.src_mac;
+                f.mac_b = d.dst_mac;
+            } else {
+                f.mac_a = d.dst_mac;
+                f.mac_b = d.src_mac;
+            }
+        }
+        f.tunnel = d.tunnel;
+        f.tos = d.tos;
+        f.icmp_type_code = d.icmp_type_code;
+        f
+    }
+
+    /// Accounts one packet. `dir` is relative to the canonical key.
+    #[inline(always)]
+    pub fn update(&mut self, dir: Dir, d: &Decoded, ts_ns: u64) {
+        let len = d.ip_len as u64;
+        self.pkts[dir] += 1;
+        self.bytes[dir] += len;
+        self.pending_pkts[dir] += 1;
+        self.pending_bytes[dir] += len;
+        if ts_ns > self.last_ns {
+            self.last_ns = ts_ns;
+        }
+        if d.is_fragment {
+            self.fragments += 1;
+        }
+        if d.proto == sonde_wire::ipproto::TCP && !(d.is_fragment && d.sport == 0 && d.dport == 0) {
+            self.tcp_update(dir, d, ts_ns);
+        }
+    }
+
+    /// Direction index of the client side.
+    #[inline]
+    pub fn client_dir(&self) -> Dir {
+        if self.client_is_a {
+            0
+        } else {
+            1
+        }
+    }
+
+    #[cold]
+    fn handshake(&mut self, dir: Dir, flags: u8, ts_ns: u64) {
+        let syn = flags & tcpflags::SYN != 0;
+        let ack = flags & tcpflags::ACK != 0;
+        if syn && !ack {
+            if self.syn_ns == 0 {
+                self.syn_ns = ts_ns;
+                // A SYN names the client, whatever was seen before.
+                self.client_is_a = dir == 0;
+            }
+            if self.tcp_state == TcpState::None {
+                self.tcp_state = TcpState::SynSent;
+            }
+        } else if syn && ack {
+            if self.synack_ns == 0 {
+                self.synack_ns = ts_ns;
+                if self.syn_ns != 0 && ts_ns >= self.syn_ns {
+                    self.rtt_server_us = ((ts_ns - self.syn_ns) / 1000) as u32;
+                }
+            }
+            if matches!(self.tcp_state, TcpState::None | TcpState::SynSent) {
+                self.tcp_state = TcpState::SynReceived;
+            }
+        } else if ack && self.tcp_state == TcpState::SynReceived && dir == self.client_dir() {
+            if self.rtt_client_us == 0 && ts_ns >= self.synack_ns {
+                self.rtt_client_us = ((ts_ns - self.synack_ns) / 1000) as u32;
+            }
+            self.tcp_state = TcpState::Established;
+        }
+    }
+
+    #[inline(always)]
+    fn tcp_update(&mut self, dir: Dir, d: &Decoded, ts_ns: u64) {
+        let flags = d.tcp_flags;
+        self.tcp_flags[dir] |= flags;
+        if flags & tcpflags::SYN != 0 || self.tcp_state == TcpState::SynReceived {
+            self.handshake(dir, flags, ts_ns);
+        }
+        if flags & (tcpflags::FIN | tcpflags::RST) != 0 {
+            self.tcp_close(flags);
+        } else if self.tcp_state == TcpState::None && flags & tcpflags::ACK != 0 {
+            // Picked up mid-stream.
+            self.tcp_state = TcpState::Established;
+        }
+        let seg_len = d.payload_len
+            + (flags & tcpflags::SYN != 0) as u32
+            + (flags & tcpflags::FIN != 0) as u32;
+        if seg_len == 0 {
+            return;
+        }
+        let seq = d.tcp_seq;
+        let end = seq.wrapping_add(seg_len);
+        let t = &mut self.seq[dir];
+        if !t.initialized {
+            t.initialized = true;
+            t.next_seq = end;
+            return;
+        }
+        if seq == t.next_seq {
+            t.next_seq = end;
+        } else if seq_after(seq, t.next_seq) {
+            t.gap = true;
+            t.next_seq = end;
+        } else {
+            // Older than expected: a late segment filling a gap, or a retransmission.
+            if t.gap {
+                self.out_of_order[dir] += 1;
+                t.gap = false;
+            } else {
+                self.retransmits[dir] += 1;
+            }
+            if seq_after(end, t.next_seq) {
+                t.next_seq = end;
+            }
+        }
+    }
+
+    #[cold]
+    fn tcp_close(&mut self, flags: u8) {
+        if flags & tcpflags::RST != 0 {
+            self.tcp_state = TcpState::Closed;
+        } else if self.tcp_flags[0] & tcpflags::FIN != 0 && self.tcp_flags[1] & tcpflags::FIN != 0 {
+            self.tcp_state = TcpState::Closed;
+        } else if self.tcp_state != TcpState::Closed {
+            self.tcp_state = TcpState::Closing;
+        }
+    }
+
+    /// Packets and bytes client→server and server→client.
+    pub fn client_server(&self) -> ((u64, u64), (u64, u64)) {
+        let c = self.client_dir();
+        (
+            (self.pkts[c], self.bytes[c]),
+            (self.pkts[1 - c], self.bytes[1 - c]),
+        )
+    }
+}
+
+/// `a` is after `b` in 32-bit sequence space.
+#[inline(always)]
+fn seq_after(a: u32, b: u32) -> bool {
+    (a.wrapping_sub(b) as i32) > 0
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn pkt(src: u8, dst: u8, sport: u16, dport: u16, flags: u8, seq: u32, payload: u32) -> Decoded {
+        let mut d = Decoded {
+            ip_version: 4,
+            proto: 6,
+            sport,
+            dport,
+            tcp_flags: flags,
+            tcp_seq: seq,
+            ..Default::default()
+        };
+        d.src[..4].copy_from_slice(&[10, 0, 0, src]);
+        d.dst[..4].copy_from_slice(&[10, 0, 0, dst]);
+        d.payload_len = payload;
+        d.ip_len = 40 + payload;
+        d
+    }
+
+    fn feed(f: &mut Option<Flow>, d: &Decoded, ts: u64) {
+        let (key, dir) = FlowKey::from_packet(d);
+        let flow = f.get_or_insert_with(|| Flow::new(key, dir, d, ts));
+        flow.update(dir, d, ts);
+    }
+
+    #[test]
+    fn handshake_rtt_direction_and_close() {
+        use tcpflags::*;
+        let mut f = None;
+        // Client 10.0.0.9 (sorts after the server) so the client is side b.
+        feed(&mut f, &pkt(9, 1, 40000, 80, SYN, 100, 0), 1_000_000);
+        feed(&mut f, &pkt(1, 9, 80, 40000, SYN | ACK, 500, 0), 3_000_000);
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 101, 0), 7_000_000);
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 101, 10), 8_000_000);
+        feed(&mut f, &pkt(1, 9, 80, 40000, ACK | FIN, 501, 0), 9_000_000);
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK | FIN, 111, 0), 9_500_000);
+        let f = f.unwrap();
+        assert!(!f.client_is_a);
+        assert_eq!(f.rtt_server_us, 2000);
+        assert_eq!(f.rtt_client_us, 4000);
+        assert_eq!(f.tcp_state, TcpState::Closed);
+        let ((cp, cb), (sp, sb)) = f.client_server();
+        assert_eq!((cp, cb, sp, sb), (4, 170, 2, 80));
+        assert_eq!(f.retransmits, [0, 0]);
+    }
+
+    #[test]
+    fn synack_first_names_receiver_as_client() {
+        let mut f = None;
+        feed(
+            &mut f,
+            &pkt(1, 9, 80, 40000, tcpflags::SYN | tcpflags::ACK, 0, 0),
+            1,
+        );
+        let f = f.unwrap();
+        // The SYN/ACK came from a (10.0.0.1): the client is b.
+        assert!(!f.client_is_a);
+    }
+
+    #[test]
+    fn retransmission_and_out_of_order() {
+        use tcpflags::*;
+        let mut f = None;
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1000, 100), 1);
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 2);
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 3); // retransmission
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1300, 100), 4); // gap: 1200..1300 missing
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 5); // late filler
+        let f = f.unwrap();
+        assert_eq!(f.retransmits[0], 1);
+        assert_eq!(f.out_of_order[0], 1);
+        assert_eq!(f.pkts[0], 5);
+    }
+
+    #[test]
+    fn first_line_layout() {
+        // The per-packet fields must stay in the first cache line.
+        let f = Flow::default();
+        let base = &f as *const Flow as usize;
+        let pkts_end = &f.pkts as *const _ as usize + 16;
+        assert!(pkts_end - base <= 64);
+        assert_eq!(std::mem::align_of::<Flow>(), 64);
+    }
+}

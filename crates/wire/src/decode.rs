@@ -1,0 +1,703 @@
+//! The decode stack: link layer → (VLAN, MPLS, PPPoE) → IP → (tunnels → inner IP) → transport.
+//!
+//! One call decodes one frame into a reused [`Decoded`]. Each layer is a small function that reads
+//! through the checked helpers in [`crate::bytes`], so a short or lying header turns into a
+//! [`Malformed`] reason, never a panic. Lengths are taken from the IP header and checked against
+//! the frame's *wire* length (not the captured length), so snaplen-truncated captures still count
+//! the true packet size, while a header that claims more bytes than the frame had is malformed.
+
+use crate::bytes::{array, be16, be32, le32, u8_at};
+use crate::frag::{FragKey, FragmentTable};
+use crate::ipproto;
+use crate::linktype::LinkType;
+
+/// Why a frame could not be decoded. The discriminant indexes [`MALFORMED_REASONS`], so counters
+/// can be a plain array on the hot path.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+pub enum Malformed {
+    UnsupportedLinktype = 0,
+    TruncatedLinkHeader,
+    TruncatedVlan,
+    TruncatedMpls,
+    MplsTooDeep,
+    TruncatedPppoe,
+    TruncatedIpv4,
+    BadIpv4Header,
+    BadIpv4Length,
+    TruncatedIpv6,
+    BadIpv6Length,
+    BadIpv6ExtensionHeader,
+    TruncatedTcp,
+    BadTcpHeader,
+    TruncatedUdp,
+    TruncatedIcmp,
+    TruncatedSctp,
+    BadIpVersion,
+}
+
+/// Names of the [`Malformed`] reasons, indexed by discriminant; used in stats output.
+pub const MALFORMED_REASONS: [&str; 18] = [
+    "unsupported_linktype",
+    "truncated_link_header",
+    "truncated_vlan",
+    "truncated_mpls",
+    "mpls_too_deep",
+    "truncated_pppoe",
+    "truncated_ipv4",
+    "bad_ipv4_header",
+    "bad_ipv4_length",
+    "truncated_ipv6",
+    "bad_ipv6_length",
+    "bad_ipv6_extension_header",
+    "truncated_tcp",
+    "bad_tcp_header",
+    "truncated_udp",
+    "truncated_icmp",
+    "truncated_sctp",
+    "bad_ip_version",
+];
+
+impl Malformed {
+    pub fn name(self) -> &'static str {
+        MALFORMED_REASONS[self as usize]
+    }
+}
+
+/// The encapsulation the reported (inner) flow was found in; the outermost one wins.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Tunnel {
+    #[default]
+    None = 0,
+    Gre,
+    Vxlan,
+    GtpU,
+    IpInIp,
+}
+
+impl Tunnel {
+    pub fn name(self) -> &'static str {
+        match self {
+            Tunnel::None => "none",
+            Tunnel::Gre => "gre",
+            Tunnel::Vxlan => "vxlan",
+            Tunnel::GtpU => "gtp-u",
+            Tunnel::IpInIp => "ip-in-ip",
+        }
+    }
+}
+
+/// Whether the frame was an IP packet tracked as a flow, or something else (ARP, LLDP, STP...).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Outcome {
+    Ip,
+    NonIp,
+}
+
+/// What the flow engine needs from one packet. Addresses are 16 bytes; IPv4 uses the first four.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Decoded {
+    pub src: [u8; 16],
+    pub dst: [u8; 16],
+    pub sport: u16,
+    pub dport: u16,
+    pub proto: u8,
+    /// 4 or 6.
+    pub ip_version: u8,
+    /// Outermost 802.1Q VLAN id, 0 when untagged.
+    pub vlan: u16,
+    /// Bytes of the (inner) IP packet as its header states: what NetFlow calls octets.
+    pub ip_len: u32,
+    /// Transport payload bytes (after the TCP/UDP header); 0 for later fragments.
+    pub payload_len: u32,
+    pub tcp_flags: u8,
+    pub tcp_seq: u32,
+    pub tcp_ack: u32,
+    /// ICMP/ICMPv6 type in the high byte, code in the low byte.
+    pub icmp_type_code: u16,
+    pub tos: u8,
+    pub src_mac: [u8; 6],
+    pub dst_mac: [u8; 6],
+    pub has_mac: bool,
+    pub tunnel: Tunnel,
+    /// True for every fragment of a fragmented IP datagram.
+    pub is_fragment: bool,
+    /// Offset of the transport payload in the captured bytes (for DPI), when captured.
+    pub payload_offset: u32,
+}
+
+/// Counters the decoder keeps about what it saw (not errors).
+#[derive(Clone, Copy, Debug, Default)]
+pub struct DecoderCounters {
+    pub fragments: u64,
+    /// Later fragments whose first fragment was not seen (attributed with ports 0).
+    pub fragments_unmatched: u64,
+    pub tunneled: u64,
+}
+
+const MAX_TUNNEL_DEPTH: u8 = 4;
+const MAX_MPLS_LABELS: usize = 16;
+const MAX_VLAN_TAGS: usize = 4;
+const MAX_IPV6_EXT_HEADERS: usize = 8;
+
+const ETH_IPV4: u16 = 0x0800;
+const ETH_IPV6: u16 = 0x86DD;
+const ETH_VLAN: u16 = 0x8100;
+const ETH_QINQ: u16 = 0x88A8;
+const ETH_QINQ_OLD: u16 = 0x9100;
+const ETH_MPLS_UC: u16 = 0x8847;
+const ETH_MPLS_MC: u16 = 0x8848;
+const ETH_PPPOE_SESSION: u16 = 0x8864;
+const ETH_TEB: u16 = 0x6558;
+const ETH_PPP: u16 = 0x880B;
+
+const UDP_VXLAN: u16 = 4789;
+const UDP_GTPU: u16 = 2152;
+
+/// Stateful decoder: holds the fragment table and its counters. One per shard (or per reader).
+pub struct Decoder {
+    frags: FragmentTable,
+    pub counters: DecoderCounters,
+}
+
+impl Default for Decoder {
+    fn default() -> Self {
+        Decoder::new(FragmentTable::DEFAULT_CAPACITY)
+    }
+}
+
+impl Decoder {
+    pub fn new(fragment_capacity: usize) -> Decoder {
+        Decoder {
+            frags: FragmentTable::new(fragment_capacity),
+            counters: DecoderCounters::default(),
+        }
+    }
+
+    /// Decodes one frame. `data` is what was captured, `wire_len` the frame's length on the wire
+    /// (at least `data.len()`), `ts_ns` its timestamp (used only to age the fragment table).
+    #[inline]
+    pub fn decode(
+        &mut self,
+        link: LinkType,
+        ts_ns: u64,
+        data: &[u8],
+        wire_len: u32,
+        out: &mut Decoded,
+    ) -> Result<Outcome, Malformed> {
+        *out = Decoded::default();
+        let wire_len = (wire_len as usize).max(data.len());
+        let mut p = Parse {
+            data,
+            wire_len,
+            out,
+            depth: 0,
+            ts_ns,
+            dec: self,
+        };
+        p.link(link)
+    }
+}
+
+struct Parse<'a, 'd> {
+    data: &'a [u8],
+    wire_len: usize,
+    out: &'d mut Decoded,
+    depth: u8,
+    ts_ns: u64,
+    dec: &'d mut Decoder,
+}
+
+impl Parse<'_, '_> {
+    #[inline]
+    fn link(&mut self, link: LinkType) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        match link {
+            LinkType::Ethernet => self.ethernet(0),
+            LinkType::Raw => self.ip_by_nibble(0),
+            LinkType::RawIpv4 => self.ipv4(0, self.wire_len),
+            LinkType::RawIpv6 => self.ipv6(0, self.wire_len),
+            LinkType::Null | LinkType::Loop => {
+                // The family's byte order depends on the capturing host; the IP version nibble
+                // does not, so decide by that and only check that the 4 bytes are there.
+                le32(d, 0).ok_or(Malformed::TruncatedLinkHeader)?;
+                self.ip_by_nibble(4)
+            }
+            LinkType::LinuxSll => {
+                let proto = be16(d, 14).ok_or(Malformed::TruncatedLinkHeader)?;
+                let addr_len = be16(d, 4).ok_or(Malformed::TruncatedLinkHeader)?;
+                if addr_len == 6 {
+                    if let Some(mac) = array::<6>(d, 6) {
+                        self.out.src_mac = mac;
+                        self.out.has_mac = true;
+                    }
+                }
+                self.ethertype(proto, 16, 0)
+            }
+            LinkType::LinuxSll2 => {
+                let proto = be16(d, 0).ok_or(Malformed::TruncatedLinkHeader)?;
+                let addr_len = u8_at(d, 11).ok_or(Malformed::TruncatedLinkHeader)?;
+                if d.len() < 20 {
+                    return Err(Malformed::TruncatedLinkHeader);
+                }
+                if addr_len == 6 {
+                    if let Some(mac) = array::<6>(d, 12) {
+                        self.out.src_mac = mac;
+                        self.out.has_mac = true;
+                    }
+                }
+                self.ethertype(proto, 20, 0)
+            }
+            LinkType::Unknown(_) => Err(Malformed::UnsupportedLinktype),
+        }
+    }
+
+    #[inline]
+    fn ethernet(&mut self, off: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        let hdr = d.get(off..off + 14).ok_or(Malformed::TruncatedLinkHeader)?;
+        self.out.dst_mac.copy_from_slice(&hdr[0..6]);
+        self.out.src_mac.copy_from_slice(&hdr[6..12]);
+        self.out.has_mac = true;
+        let ethertype = u16::from_be_bytes([hdr[12], hdr[13]]);
+        self.ethertype(ethertype, off + 14, 0)
+    }
+
+    /// Dispatches on an EtherType, peeling VLAN tags, MPLS labels and PPPoE on the way.
+    fn ethertype(
+        &mut self,
+        mut ethertype: u16,
+        mut off: usize,
+        mut vlans: usize,
+    ) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        loop {
+            match ethertype {
+                ETH_IPV4 => return self.ipv4(off, self.wire_len.saturating_sub(off)),
+                ETH_IPV6 => return self.ipv6(off, self.wire_len.saturating_sub(off)),
+                ETH_VLAN | ETH_QINQ | ETH_QINQ_OLD => {
+                    let tci = be16(d, off).ok_or(Malformed::TruncatedVlan)?;
+                    let next = be16(d, off + 2).ok_or(Malformed::TruncatedVlan)?;
+                    if vlans == 0 && self.depth == 0 {
+                        self.out.vlan = tci & 0x0fff;
+                    }
+                    vlans += 1;
+                    if vlans > MAX_VLAN_TAGS {
+                        return Err(Malformed::TruncatedVlan);
+                    }
+                    ethertype = next;
+                    off += 4;
+                }
+                ETH_MPLS_UC | ETH_MPLS_MC => return self.mpls(off),
+                ETH_PPPOE_SESSION => {
+                    // 6-byte PPPoE header, then the 2-byte PPP protocol field.
+                    let ppp = be16(d, off + 6).ok_or(Malformed::TruncatedPppoe)?;
+                    return match ppp {
+                        0x0021 => self.ipv4(off + 8, self.wire_len.saturating_sub(off + 8)),
+                        0x0057 => self.ipv6(off + 8, self.wire_len.saturating_sub(off + 8)),
+                        _ => Ok(Outcome::NonIp),
+                    };
+                }
+                _ => return Ok(Outcome::NonIp),
+            }
+        }
+    }
+
+    fn mpls(&mut self, mut off: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        for _ in 0..MAX_MPLS_LABELS {
+            let entry = be32(d, off).ok_or(Malformed::TruncatedMpls)?;
+            off += 4;
+            if entry & 0x100 != 0 {
+                // Bottom of stack: the payload type is not signalled, guess by the first nibble.
+                let first = u8_at(d, off).ok_or(Malformed::TruncatedMpls)?;
+                return match first >> 4 {
+                    4 => self.ipv4(off, self.wire_len.saturating_sub(off)),
+                    6 => self.ipv6(off, self.wire_len.saturating_sub(off)),
+                    // Ethernet pseudowire with the 4-byte control word.
+                    0 => self.ethernet(off + 4),
+                    _ => Ok(Outcome::NonIp),
+                };
+            }
+        }
+        Err(Malformed::MplsTooDeep)
+    }
+
+    fn ip_by_nibble(&mut self, off: usize) -> Result<Outcome, Malformed> {
+        let first = u8_at(self.data, off).ok_or(Malformed::TruncatedLinkHeader)?;
+        let avail = self.wire_len.saturating_sub(off);
+        match first >> 4 {
+            4 => self.ipv4(off, avail),
+            6 => self.ipv6(off, avail),
+            _ => Err(Malformed::BadIpVersion),
+        }
+    }
+
+    /// `avail`: bytes of this layer on the wire (from `off` to the end of the enclosing layer).
+    #[inline]
+    fn ipv4(&mut self, off: usize, avail: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        let h = d.get(off..off + 20).ok_or(Malformed::TruncatedIpv4)?;
+        let ver_ihl = h[0];
+        if ver_ihl >> 4 != 4 {
+            return Err(Malformed::BadIpv4Header);
+        }
+        let ihl = ((ver_ihl & 0x0f) as usize) * 4;
+        if ihl < 20 {
+            return Err(Malformed::BadIpv4Header);
+        }
+        let mut total = u16::from_be_bytes([h[2], h[3]]) as usize;
+        if total == 0 {
+            // TCP segmentation offload on the capturing host leaves the length at 0.
+            total = avail;
+        }
+        if total < ihl || total > avail {
+            return Err(Malformed::BadIpv4Length);
+        }
+        let id = u16::from_be_bytes([h[4], h[5]]);
+        let frag = u16::from_be_bytes([h[6], h[7]]);
+        let proto = h[9];
+        let o = &mut *self.out;
+        o.ip_version = 4;
+        o.tos = h[1];
+        o.proto = proto;
+        o.ip_len = total as u32;
+        o.src = [0; 16];
+        o.dst = [0; 16];
+        o.src[..4].copy_from_slice(&h[12..16]);
+        o.dst[..4].copy_from_slice(&h[16..20]);
+        o.sport = 0;
+        o.dport = 0;
+        let frag_offset = frag & 0x1fff;
+        let more_fragments = frag & 0x2000 != 0;
+        if frag_offset != 0 || more_fragments {
+            o.is_fragment = true;
+            self.dec.counters.fragments += 1;
+            let key = self.frag_key(id as u32);
+            if frag_offset != 0 {
+                return Ok(self.later_fragment(key));
+            }
+            let r = self.transport(proto, off + ihl, total - ihl);
+            if r.is_ok() {
+                self.dec
+                    .frags
+                    .insert(key, self.out.sport, self.out.dport, self.ts_ns);
+            }
+            return r;
+        }
+        self.transport(proto, off + ihl, total - ihl)
+    }
+
+    fn ipv6(&mut self, off: usize, avail: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        let h = d.get(off..off + 40).ok_or(Malformed::TruncatedIpv6)?;
+        if h[0] >> 4 != 6 {
+            return Err(Malformed::BadIpVersion);
+        }
+        let payload = u16::from_be_bytes([h[4], h[5]]) as usize;
+        let mut next = h[6];
+        let mut total = 40 + payload;
+        if payload == 0 && next != ipproto::NONXT {
+            // Jumbogram or TSO: the header does not carry the length, the frame does.
+            total = avail;
+        }
+        if total > avail || total < 40 {
+            return Err(Malformed::BadIpv6Length);
+        }
+        let o = &mut *self.out;
+        o.ip_version = 6;
+        o.tos = ((u16::from_be_bytes([h[0], h[1]]) >> 4) & 0xff) as u8;
+        o.ip_len = total as u32;
+        o.src.copy_from_slice(&h[8..24]);
+        o.dst.copy_from_slice(&h[24..40]);
+        o.sport = 0;
+        o.dport = 0;
+        let mut cur = off + 40;
+        let end = off + total;
+        let mut fragment: Option<(u32, bool)> = None;
+        for _ in 0..MAX_IPV6_EXT_HEADERS {
+            match next {
+                ipproto::HOPOPT | ipproto::ROUTING | ipproto::DSTOPTS | ipproto::MOBILITY => {
+                    let nh = u8_at(d, cur).ok_or(Malformed::BadIpv6ExtensionHeader)?;
+                    let len =
+                        (u8_at(d, cur + 1).ok_or(Malformed::BadIpv6ExtensionHeader)? as usize + 1)
+                            * 8;
+                    next = nh;
+                    cur += len;
+                }
+                ipproto::AH => {
+                    let nh = u8_at(d, cur).ok_or(Malformed::BadIpv6ExtensionHeader)?;
+                    let len =
+                        (u8_at(d, cur + 1).ok_or(Malformed::BadIpv6ExtensionHeader)? as usize + 2)
+                            * 4;
+                    next = nh;
+                    cur += len;
+                }
+                ipproto::FRAGMENT => {
+                    let nh = u8_at(d, cur).ok_or(Malformed::BadIpv6ExtensionHeader)?;
+                    let offm = be16(d, cur + 2).ok_or(Malformed::BadIpv6ExtensionHeader)?;
+                    let id = be32(d, cur + 4).ok_or(Malformed::BadIpv6ExtensionHeader)?;
+                    let offset = offm >> 3;
+                    let more = offm & 1 != 0;
+                    next = nh;
+                    cur += 8;
+                    if offset != 0 || more {
+                        fragment = Some((id, offset != 0));
+                    }
+                }
+                _ => break,
+            }
+            if cur > end {
+                return Err(Malformed::BadIpv6ExtensionHeader);
+            }
+        }
+        self.out.proto = next;
+        if let Some((id, later)) = fragment {
+            self.out.is_fragment = true;
+            self.dec.counters.fragments += 1;
+            let key = self.frag_key(id);
+            if later {
+                return Ok(self.later_fragment(key));
+            }
+            let r = self.transport(next, cur, end - cur);
+            if r.is_ok() {
+                self.dec
+                    .frags
+                    .insert(key, self.out.sport, self.out.dport, self.ts_ns);
+            }
+            return r;
+        }
+        self.transport(next, cur, end - cur)
+    }
+
+    fn frag_key(&self, id: u32) -> FragKey {
+        FragKey {
+            src: self.out.src,
+            dst: self.out.dst,
+            id,
+            proto: self.out.proto,
+            vlan: self.out.vlan,
+        }
+    }
+
+    fn later_fragment(&mut self, key: FragKey) -> Outcome {
+        match self.dec.frags.lookup(&key, self.ts_ns) {
+            Some((sport, dport)) => {
+                self.out.sport = sport;
+                self.out.dport = dport;
+            }
+            None => self.dec.counters.fragments_unmatched += 1,
+        }
+        self.out.payload_len = 0;
+        Outcome::Ip
+    }
+
+    /// `len`: bytes of the transport segment on the wire (IP payload length).
+    #[inline]
+    fn transport(&mut self, proto: u8, off: usize, len: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        match proto {
+            ipproto::TCP => {
+                let h = d.get(off..off + 14).ok_or(Malformed::TruncatedTcp)?;
+                let doff = ((h[12] >> 4) as usize) * 4;
+                if doff < 20 || doff > len {
+                    return Err(Malformed::BadTcpHeader);
+                }
+                let o = &mut *self.out;
+                o.sport = u16::from_be_bytes([h[0], h[1]]);
+                o.dport = u16::from_be_bytes([h[2], h[3]]);
+                o.tcp_seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+                o.tcp_ack = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
+                o.tcp_flags = h[13];
+                o.payload_len = (len - doff) as u32;
+                o.payload_offset = (off + doff) as u32;
+                Ok(Outcome::Ip)
+            }
+            ipproto::UDP | ipproto::UDPLITE => {
+                let h = d.get(off..off + 8).ok_or(Malformed::TruncatedUdp)?;
+                if len < 8 {
+                    return Err(Malformed::TruncatedUdp);
+                }
+                let sport = u16::from_be_bytes([h[0], h[1]]);
+                let dport = u16::from_be_bytes([h[2], h[3]]);
+                let o = &mut *self.out;
+                o.sport = sport;
+                o.dport = dport;
+                o.payload_len = (len - 8) as u32;
+                o.payload_offset = (off + 8) as u32;
+                if proto == ipproto::UDP && !self.out.is_fragment && self.depth < MAX_TUNNEL_DEPTH {
+                    if dport == UDP_VXLAN {
+                        return Ok(self.try_tunnel(Tunnel::Vxlan, |p| p.vxlan(off + 8)));
+                    }
+                    if dport == UDP_GTPU || sport == UDP_GTPU {
+                        return Ok(self.try_tunnel(Tunnel::GtpU, |p| p.gtpu(off + 8, len - 8)));
+                    }
+                }
+                Ok(Outcome::Ip)
+            }
+            ipproto::ICMP | ipproto::ICMPV6 => {
+                let tc = be16(d, off).ok_or(Malformed::TruncatedIcmp)?;
+                self.out.icmp_type_code = tc;
+                self.out.payload_len = len.saturating_sub(4) as u32;
+                self.out.payload_offset = (off + 4) as u32;
+                Ok(Outcome::Ip)
+            }
+            ipproto::SCTP => {
+                let h = d.get(off..off + 12).ok_or(Malformed::TruncatedSctp)?;
+                self.out.sport = u16::from_be_bytes([h[0], h[1]]);
+                self.out.dport = u16::from_be_bytes([h[2], h[3]]);
+                self.out.payload_len = len.saturating_sub(12) as u32;
+                Ok(Outcome::Ip)
+            }
+            ipproto::GRE if !self.out.is_fragment && self.depth < MAX_TUNNEL_DEPTH => {
+                Ok(self.try_tunnel(Tunnel::Gre, |p| p.gre(off, len)))
+            }
+            ipproto::IPIP if !self.out.is_fragment && self.depth < MAX_TUNNEL_DEPTH => {
+                Ok(self.try_tunnel(Tunnel::IpInIp, |p| p.ipv4(off, len)))
+            }
+            ipproto::IPV6 if !self.out.is_fragment && self.depth < MAX_TUNNEL_DEPTH => {
+                Ok(self.try_tunnel(Tunnel::IpInIp, |p| p.ipv6(off, len)))
+            }
+            _ => {
+                self.out.payload_len = len as u32;
+                Ok(Outcome::Ip)
+            }
+        }
+    }
+
+    /// Decodes an encapsulated packet. If the inside is not a decodable IP packet, the outer
+    /// packet stands as the flow: a port match alone (UDP/4789 carrying something else) must not
+    /// turn a healthy packet into a malformed one.
+    fn try_tunnel(
+        &mut self,
+        kind: Tunnel,
+        inner: impl FnOnce(&mut Self) -> Result<Outcome, Malformed>,
+    ) -> Outcome {
+        let saved = *self.out;
+        self.depth += 1;
+        let r = inner(self);
+        self.depth -= 1;
+        match r {
+            Ok(Outcome::Ip) => {
+                // Nested tunnels: the outermost call returns last, so its kind is what stays.
+                self.out.tunnel = kind;
+                // The outermost VLAN and MACs describe where the packet was seen.
+                self.out.vlan = saved.vlan;
+                if saved.has_mac {
+                    self.out.src_mac = saved.src_mac;
+                    self.out.dst_mac = saved.dst_mac;
+                    self.out.has_mac = true;
+                }
+                if self.depth == 0 {
+                    self.dec.counters.tunneled += 1;
+                }
+                Outcome::Ip
+            }
+            _ => {
+                *self.out = saved;
+                Outcome::Ip
+            }
+        }
+    }
+
+    fn vxlan(&mut self, off: usize) -> Result<Outcome, Malformed> {
+        let flags = u8_at(self.data, off).ok_or(Malformed::TruncatedUdp)?;
+        if flags & 0x08 == 0 {
+            return Ok(Outcome::NonIp);
+        }
+        self.ethernet(off + 8)
+    }
+
+    fn gtpu(&mut self, off: usize, len: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        let flags = u8_at(d, off).ok_or(Malformed::TruncatedUdp)?;
+        let msg_type = u8_at(d, off + 1).ok_or(Malformed::TruncatedUdp)?;
+        // Version 1, protocol type GTP, message G-PDU (user data).
+        if flags >> 5 != 1 || flags & 0x10 == 0 || msg_type != 0xff {
+            return Ok(Outcome::NonIp);
+        }
+        let mut cur = off + 8;
+        if flags & 0x07 != 0 {
+            // Sequence number, N-PDU number and next extension type are present together.
+            let mut next_ext = u8_at(d, cur + 3).ok_or(Malformed::TruncatedUdp)?;
+            cur += 4;
+            let mut guard = 0;
+            while next_ext != 0 {
+                let units = u8_at(d, cur).ok_or(Malformed::TruncatedUdp)? as usize;
+                if units == 0 || guard > 8 {
+                    return Ok(Outcome::NonIp);
+                }
+                cur += units * 4;
+                next_ext = u8_at(d, cur - 1).ok_or(Malformed::TruncatedUdp)?;
+                guard += 1;
+            }
+        }
+        let inner_len = (off + len).saturating_sub(cur);
+        let first = u8_at(d, cur).ok_or(Malformed::TruncatedUdp)?;
+        match first >> 4 {
+            4 => self.ipv4(cur, inner_len),
+            6 => self.ipv6(cur, inner_len),
+            _ => Ok(Outcome::NonIp),
+        }
+    }
+
+    fn gre(&mut self, off: usize, len: usize) -> Result<Outcome, Malformed> {
+        let d = self.data;
+        let flags = be16(d, off).ok_or(Malformed::TruncatedIpv4)?;
+        let proto = be16(d, off + 2).ok_or(Malformed::TruncatedIpv4)?;
+        let version = flags & 0x7;
+        if flags & 0x4000 != 0 {
+            // Source routing (RFC 1701) is obsolete; keep the GRE packet itself as the flow.
+            return Ok(Outcome::NonIp);
+        }
+        let mut cur = off + 4;
+        if flags & 0x8000 != 0 {
+            cur += 4; // checksum + reserved
+        }
+        if flags & 0x2000 != 0 {
+            cur += 4; // key (PPTP: payload length + call id)
+        }
+        if flags & 0x1000 != 0 {
+            cur += 4; // sequence number
+        }
+        if version == 1 && flags & 0x0080 != 0 {
+            cur += 4; // PPTP acknowledgment number
+        }
+        let end = off + len;
+        if cur > end {
+            return Ok(Outcome::NonIp);
+        }
+        match proto {
+            ETH_IPV4 => self.ipv4(cur, end - cur),
+            ETH_IPV6 => self.ipv6(cur, end - cur),
+            ETH_TEB => self.ethernet(cur),
+            ETH_PPP => {
+                // PPP in GRE (PPTP): optional address/control 0xFF03, then a 1- or 2-byte protocol.
+                let mut p = cur;
+                if be16(d, p) == Some(0xff03) {
+                    p += 2;
+                }
+                let b0 = u8_at(d, p).ok_or(Malformed::TruncatedIpv4)?;
+                let (ppp, hl) = if b0 & 1 == 1 {
+                    (b0 as u16, 1)
+                } else {
+                    (be16(d, p).ok_or(Malformed::TruncatedIpv4)?, 2)
+                };
+                p += hl;
+                if p > end {
+                    return Ok(Outcome::NonIp);
+                }
+                match ppp {
+                    0x21 => self.ipv4(p, end - p),
+                    0x57 => self.ipv6(p, end - p),
+                    _ => Ok(Outcome::NonIp),
+                }
+            }
+            _ => Ok(Outcome::NonIp),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests;

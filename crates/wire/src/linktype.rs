@@ -1,0 +1,68 @@
+//! Link-layer header types (the `LINKTYPE_*` values of pcap/pcapng, tcpdump.org/linktypes.html).
+
+/// The link layers sonde decodes. Conversion from a number always succeeds: anything else is
+/// `Unknown(n)` and its packets are counted as malformed with reason `unsupported_linktype`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum LinkType {
+    /// BSD loopback: 4-byte address family in the capturing host's byte order.
+    Null,
+    Ethernet,
+    /// Raw IP, version taken from the first nibble.
+    Raw,
+    RawIpv4,
+    RawIpv6,
+    /// OpenBSD loopback: 4-byte address family in network byte order.
+    Loop,
+    LinuxSll,
+    LinuxSll2,
+    Unknown(u32),
+}
+
+impl LinkType {
+    pub fn from_linktype(n: u32) -> LinkType {
+        match n {
+            0 => LinkType::Null,
+            1 => LinkType::Ethernet,
+            // 12 and 14 are the DLT_RAW values some BSDs used; 101 is LINKTYPE_RAW.
+            12 | 14 | 101 => LinkType::Raw,
+            108 => LinkType::Loop,
+            113 => LinkType::LinuxSll,
+            228 => LinkType::RawIpv4,
+            229 => LinkType::RawIpv6,
+            276 => LinkType::LinuxSll2,
+            n => LinkType::Unknown(n),
+        }
+    }
+
+    pub fn to_linktype(self) -> u32 {
+        match self {
+            LinkType::Null => 0,
+            LinkType::Ethernet => 1,
+            LinkType::Raw => 101,
+            LinkType::Loop => 108,
+            LinkType::LinuxSll => 113,
+            LinkType::RawIpv4 => 228,
+            LinkType::RawIpv6 => 229,
+            LinkType::LinuxSll2 => 276,
+            LinkType::Unknown(n) => n,
+        }
+    }
+
+    pub fn name(self) -> &'static str {
+        match self {
+            LinkType::Null => "null",
+            LinkType::Ethernet => "ethernet",
+            LinkType::Raw => "raw",
+            LinkType::RawIpv4 => "ipv4",
+            LinkType::RawIpv6 => "ipv6",
+            LinkType::Loop => "loop",
+            LinkType::LinuxSll => "linux-sll",
+            LinkType::LinuxSll2 => "linux-sll2",
+            LinkType::Unknown(_) => "unknown",
+        }
+    }
+
+    pub fn is_supported(self) -> bool {
+        !matches!(self, LinkType::Unknown(_))
+    }
+}
