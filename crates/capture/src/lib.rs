@@ -1,1 +1,35 @@
+//! Packet sources for sonde.
+//!
+//! Why this crate exists: ingress is where input is least trustworthy (truncated files, foreign
+//! formats, missing interfaces, permissions), so every source turns its failures into a
+//! [`CaptureError`] whose message names the problem and the fix. Sources hand out frames one at
+//! a time as borrowed slices plus timestamps; the engine decodes them immediately, so nothing
+//! is copied per packet.
+//!
+//! * [`file::FileSource`]: pcap (µs/ns, either byte order) and pcapng, read with large buffered
+//!   reads (not mmap, so resident memory measures the engine, not the page cache).
+//! * [`live::LiveSource`]: libpcap on an interface, non-blocking, with an optional
+//!   PACKET_FANOUT group so several shards each get their own share of the flows.
+//! * [`synthetic::SyntheticSource`]: Cento's "dummy interface": frames forged in memory among
+//!   N hosts, used by the benchmarks.
+//! * [`writer::PcapWriter`]: writes classic pcap files (for the generator and tests).
 
+pub mod error;
+pub mod file;
+pub mod live;
+pub mod synthetic;
+pub mod writer;
+
+pub use error::CaptureError;
+pub use file::FileSource;
+pub use live::{CaptureDrops, LiveConfig, LiveSource, OfflineFilter};
+pub use synthetic::{SyntheticSource, SyntheticSpec};
+pub use writer::PcapWriter;
+
+/// One frame handed out by a source; `data` borrows the source's buffer until the next call.
+#[derive(Clone, Copy, Debug)]
+pub struct Frame<'a> {
+    pub ts_ns: u64,
+    pub wire_len: u32,
+    pub data: &'a [u8],
+}

@@ -1,1 +1,373 @@
+//! Flow and host records as text: JSON lines with nProbe/ntopng key names, or CSV.
+//!
+//! Why this crate exists: every sink that speaks text (files, later ZMQ and Kafka) must name
+//! fields the way the ntop tools do, so their parsers and dashboards work unchanged. Records are
+//! formatted into one reused `String` per writer; nothing here runs on the packet path (the
+//! probe runs writers on their own thread).
+//!
+//! Direction follows nProbe: `SRC` is the flow's client, `IN_*` counts client→server and
+//! `OUT_*` server→client. Bytes are IP bytes (header included), as in NetFlow.
 
+use sonde_flow::{Flow, FlowRecord, Host};
+use std::fmt::Write as _;
+use std::io::{self, Write};
+use std::net::{Ipv4Addr, Ipv6Addr};
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Format {
+    Json,
+    Csv,
+}
+
+/// Column order for CSV (and key order for JSON).
+pub const FLOW_COLUMNS: &[&str] = &[
+    "IPV4_SRC_ADDR",
+    "IPV4_DST_ADDR",
+    "IPV6_SRC_ADDR",
+    "IPV6_DST_ADDR",
+    "L4_SRC_PORT",
+    "L4_DST_PORT",
+    "PROTOCOL",
+    "IP_PROTOCOL_VERSION",
+    "VLAN_ID",
+    "IN_PKTS",
+    "IN_BYTES",
+    "OUT_PKTS",
+    "OUT_BYTES",
+    "FIRST_SWITCHED",
+    "LAST_SWITCHED",
+    "FLOW_START_MILLISECONDS",
+    "FLOW_END_MILLISECONDS",
+    "TCP_FLAGS",
+    "CLIENT_TCP_FLAGS",
+    "SERVER_TCP_FLAGS",
+    "RETRANSMITTED_IN_PKTS",
+    "RETRANSMITTED_OUT_PKTS",
+    "OOORDER_IN_PKTS",
+    "OOORDER_OUT_PKTS",
+    "CLIENT_NW_LATENCY_MS",
+    "SERVER_NW_LATENCY_MS",
+    "SRC_TOS",
+    "ICMP_TYPE",
+    "IN_SRC_MAC",
+    "IN_DST_MAC",
+    "TUNNEL",
+    "FRAGMENTS",
+    "FLOW_END_REASON",
+];
+
+pub fn format_addr(out: &mut String, addr: &[u8; 16], ip_version: u8) {
+    if ip_version == 4 {
+        let _ = write!(out, "{}", Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]));
+    } else {
+        let _ = write!(out, "{}", Ipv6Addr::from(*addr));
+    }
+}
+
+pub fn format_mac(out: &mut String, m: &[u8; 6]) {
+    let _ = write!(
+        out,
+        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+        m[0], m[1], m[2], m[3], m[4], m[5]
+    );
+}
+
+/// A flow seen from the client's side: the values every output format shares.
+struct View<'a> {
+    f: &'a Flow,
+    c: usize,
+}
+
+impl View<'_> {
+    fn s(&self) -> usize {
+        1 - self.c
+    }
+    fn client_addr(&self) -> &[u8; 16] {
+        if self.c == 0 {
+            &self.f.key.addr_a
+        } else {
+            &self.f.key.addr_b
+        }
+    }
+    fn server_addr(&self) -> &[u8; 16] {
+        if self.c == 0 {
+            &self.f.key.addr_b
+        } else {
+            &self.f.key.addr_a
+        }
+    }
+    fn ports(&self) -> (u16, u16) {
+        if self.c == 0 {
+            (self.f.key.port_a, self.f.key.port_b)
+        } else {
+            (self.f.key.port_b, self.f.key.port_a)
+        }
+    }
+    fn macs(&self) -> (&[u8; 6], &[u8; 6]) {
+        if self.c == 0 {
+            (&self.f.mac_a, &self.f.mac_b)
+        } else {
+            (&self.f.mac_b, &self.f.mac_a)
+        }
+    }
+}
+
+/// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, is_string)`;
+/// `None` marks a value that does not apply (IPv6 columns of an IPv4 flow).
+fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
+    let f = &r.flow;
+    let v = View {
+        f,
+        c: f.client_dir(),
+    };
+    let s = v.s();
+    let mut buf = String::with_capacity(48);
+    let mut put = |name: &str, buf: &mut String, is_str: bool| {
+        field(name, Some(buf.as_str()), is_str);
+        buf.clear();
+    };
+    let v4 = f.key.ip_version == 4;
+    for (name4, name6, addr) in [
+        ("IPV4_SRC_ADDR", "IPV6_SRC_ADDR", v.client_addr()),
+        ("IPV4_DST_ADDR", "IPV6_DST_ADDR", v.server_addr()),
+    ] {
+        format_addr(&mut buf, addr, f.key.ip_version);
+        if v4 {
+            put(name4, &mut buf, true);
+        } else {
+            put(name6, &mut buf, true);
+        }
+    }
+    let (sport, dport) = v.ports();
+    let ms = |ns: u64| ns / 1_000_000;
+    let lat = |us: u32| us as f64 / 1000.0;
+    let nums: [(&str, u64); 21] = [
+        ("L4_SRC_PORT", sport as u64),
+        ("L4_DST_PORT", dport as u64),
+        ("PROTOCOL", f.key.proto as u64),
+        ("IP_PROTOCOL_VERSION", f.key.ip_version as u64),
+        ("VLAN_ID", f.key.vlan as u64),
+        ("IN_PKTS", f.pkts[v.c]),
+        ("IN_BYTES", f.bytes[v.c]),
+        ("OUT_PKTS", f.pkts[s]),
+        ("OUT_BYTES", f.bytes[s]),
+        ("FIRST_SWITCHED", f.first_ns / 1_000_000_000),
+        ("LAST_SWITCHED", f.last_ns / 1_000_000_000),
+        ("FLOW_START_MILLISECONDS", ms(f.first_ns)),
+        ("FLOW_END_MILLISECONDS", ms(f.last_ns)),
+        ("TCP_FLAGS", (f.tcp_flags[0] | f.tcp_flags[1]) as u64),
+        ("CLIENT_TCP_FLAGS", f.tcp_flags[v.c] as u64),
+        ("SERVER_TCP_FLAGS", f.tcp_flags[s] as u64),
+        ("RETRANSMITTED_IN_PKTS", f.retransmits[v.c] as u64),
+        ("RETRANSMITTED_OUT_PKTS", f.retransmits[s] as u64),
+        ("OOORDER_IN_PKTS", f.out_of_order[v.c] as u64),
+        ("OOORDER_OUT_PKTS", f.out_of_order[s] as u64),
+        ("SRC_TOS", f.tos as u64),
+    ];
+    for (name, n) in nums {
+        let _ = write!(buf, "{n}");
+        put(name, &mut buf, false);
+        if name == "OOORDER_OUT_PKTS" {
+            let _ = write!(buf, "{:.3}", lat(f.rtt_client_us));
+            put("CLIENT_NW_LATENCY_MS", &mut buf, false);
+            let _ = write!(buf, "{:.3}", lat(f.rtt_server_us));
+            put("SERVER_NW_LATENCY_MS", &mut buf, false);
+        }
+    }
+    let _ = write!(buf, "{}", f.icmp_type_code);
+    put("ICMP_TYPE", &mut buf, false);
+    let (cm, sm) = v.macs();
+    format_mac(&mut buf, cm);
+    put("IN_SRC_MAC", &mut buf, true);
+    format_mac(&mut buf, sm);
+    put("IN_DST_MAC", &mut buf, true);
+    buf.push_str(f.tunnel.name());
+    put("TUNNEL", &mut buf, true);
+    let _ = write!(buf, "{}", f.fragments);
+    put("FRAGMENTS", &mut buf, false);
+    buf.push_str(r.reason.name());
+    put("FLOW_END_REASON", &mut buf, true);
+}
+
+/// Writes flow records to any `Write`, one line each.
+pub struct FlowWriter<W: Write> {
+    out: W,
+    format: Format,
+    line: String,
+    header_done: bool,
+    written: u64,
+}
+
+impl<W: Write> FlowWriter<W> {
+    pub fn new(out: W, format: Format) -> FlowWriter<W> {
+        FlowWriter {
+            out,
+            format,
+            line: String::with_capacity(1024),
+            header_done: false,
+            written: 0,
+        }
+    }
+
+    pub fn write(&mut self, r: &FlowRecord) -> io::Result<()> {
+        self.line.clear();
+        match self.format {
+            Format::Json => {
+                self.line.push('{');
+                let line = &mut self.line;
+                flow_fields(r, |name, value, is_str| {
+                    if let Some(v) = value {
+                        if line.len() > 1 {
+                            line.push(',');
+                        }
+                        line.push('"');
+                        line.push_str(name);
+                        line.push_str("\":");
+                        if is_str {
+                            line.push('"');
+                            // Every string here is an address, MAC or fixed name: no escaping
+                            // needed; wire strings (SNI, hosts) will go through a JSON escaper.
+                            line.push_str(v);
+                            line.push('"');
+                        } else {
+                            line.push_str(v);
+                        }
+                    }
+                });
+                self.line.push_str("}\n");
+            }
+            Format::Csv => {
+                if !self.header_done {
+                    self.out.write_all(FLOW_COLUMNS.join(",").as_bytes())?;
+                    self.out.write_all(b"\n")?;
+                    self.header_done = true;
+                }
+                let mut cols: [Option<String>; FLOW_COLUMNS.len()] = std::array::from_fn(|_| None);
+                flow_fields(r, |name, value, _| {
+                    if let (Some(i), Some(v)) =
+                        (FLOW_COLUMNS.iter().position(|c| *c == name), value)
+                    {
+                        cols[i] = Some(v.to_string());
+                    }
+                });
+                for (i, c) in cols.iter().enumerate() {
+                    if i > 0 {
+                        self.line.push(',');
+                    }
+                    if let Some(c) = c {
+                        self.line.push_str(c);
+                    }
+                }
+                self.line.push('\n');
+            }
+        }
+        self.written += 1;
+        self.out.write_all(self.line.as_bytes())
+    }
+
+    pub fn written(&self) -> u64 {
+        self.written
+    }
+
+    pub fn flush(&mut self) -> io::Result<()> {
+        self.out.flush()
+    }
+}
+
+/// One host as a JSON line (keys in the style of ntopng's host JSON).
+pub fn host_json(line: &mut String, h: &Host) {
+    line.push_str("{\"IP_ADDR\":\"");
+    format_addr(line, &h.key.addr, h.key.ip_version);
+    let _ = write!(line, "\",\"VLAN_ID\":{}", h.key.vlan);
+    if h.has_mac {
+        line.push_str(",\"MAC\":\"");
+        format_mac(line, &h.mac);
+        line.push('"');
+    }
+    let _ = writeln!(
+        line,
+        ",\"SENT_PKTS\":{},\"SENT_BYTES\":{},\"RCVD_PKTS\":{},\"RCVD_BYTES\":{},\"FLOWS_AS_CLIENT\":{},\"FLOWS_AS_SERVER\":{},\"FIRST_SEEN\":{},\"LAST_SEEN\":{}}}",
+        h.sent_pkts,
+        h.sent_bytes,
+        h.rcvd_pkts,
+        h.rcvd_bytes,
+        h.flows_as_client,
+        h.flows_as_server,
+        h.first_ns / 1_000_000_000,
+        h.last_ns / 1_000_000_000
+    );
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use sonde_flow::{EndReason, FlowKey};
+
+    fn record() -> FlowRecord {
+        let mut key = FlowKey {
+            ip_version: 4,
+            proto: 6,
+            port_a: 80,
+            port_b: 40000,
+            ..Default::default()
+        };
+        key.addr_a[..4].copy_from_slice(&[10, 0, 0, 1]);
+        key.addr_b[..4].copy_from_slice(&[10, 0, 0, 9]);
+        let mut flow = Flow {
+            key,
+            client_is_a: false,
+            pkts: [3, 5],
+            bytes: [300, 500],
+            ..Flow::default()
+        };
+        flow.first_ns = 1_700_000_000_123_000_000;
+        flow.last_ns = 1_700_000_001_456_000_000;
+        flow.tcp_flags = [0x12, 0x02];
+        flow.rtt_client_us = 1500;
+        FlowRecord {
+            flow,
+            reason: EndReason::IdleTimeout,
+        }
+    }
+
+    #[test]
+    fn json_uses_client_as_source() {
+        let mut w = FlowWriter::new(Vec::new(), Format::Json);
+        w.write(&record()).unwrap();
+        let text = String::from_utf8(w.out).unwrap();
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["IPV4_SRC_ADDR"], "10.0.0.9");
+        assert_eq!(v["IPV4_DST_ADDR"], "10.0.0.1");
+        assert_eq!(v["L4_SRC_PORT"], 40000);
+        assert_eq!(v["L4_DST_PORT"], 80);
+        assert_eq!(
+            (v["IN_PKTS"].as_u64(), v["IN_BYTES"].as_u64()),
+            (Some(5), Some(500))
+        );
+        assert_eq!(
+            (v["OUT_PKTS"].as_u64(), v["OUT_BYTES"].as_u64()),
+            (Some(3), Some(300))
+        );
+        assert_eq!(v["CLIENT_TCP_FLAGS"], 2);
+        assert_eq!(v["SERVER_TCP_FLAGS"], 0x12);
+        assert_eq!(v["TCP_FLAGS"], 0x12);
+        assert_eq!(v["FIRST_SWITCHED"], 1_700_000_000u64);
+        assert_eq!(v["FLOW_START_MILLISECONDS"], 1_700_000_000_123u64);
+        assert_eq!(v["CLIENT_NW_LATENCY_MS"], 1.5);
+        assert_eq!(v["FLOW_END_REASON"], "idle_timeout");
+        assert!(v.get("IPV6_SRC_ADDR").is_none());
+    }
+
+    #[test]
+    fn csv_has_header_and_all_columns() {
+        let mut w = FlowWriter::new(Vec::new(), Format::Csv);
+        w.write(&record()).unwrap();
+        w.write(&record()).unwrap();
+        let text = String::from_utf8(w.out).unwrap();
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(lines.len(), 3);
+        assert_eq!(lines[0].split(',').count(), FLOW_COLUMNS.len());
+        assert_eq!(lines[1].split(',').count(), FLOW_COLUMNS.len());
+        assert!(lines[1].starts_with("10.0.0.9,10.0.0.1,,,40000,80,6,4,"));
+    }
+}

@@ -80,6 +80,7 @@ pub struct Engine {
     // Scratch for one batch.
     decoded: Option<Box<[Decoded; BATCH]>>,
     ts: [u64; BATCH],
+    pending: usize,
 }
 
 impl Engine {
@@ -87,7 +88,8 @@ impl Engine {
         let max_flows = cfg.max_flows.max(BATCH);
         Engine {
             index: Index::with_max_entries(max_flows),
-            flows: Vec::new(),
+            // Reserved, not touched: see HostTable::new.
+            flows: Vec::with_capacity(max_flows),
             free: Vec::new(),
             live_flows: 0,
             hosts: HostTable::new(cfg.max_hosts.max(1)),
@@ -99,6 +101,7 @@ impl Engine {
             last_failed_evict_ns: None,
             decoded: Some(Box::new([Decoded::default(); BATCH])),
             ts: [0; BATCH],
+            pending: 0,
             decoder: Decoder::default(),
             cfg: EngineConfig { max_flows, ..cfg },
         }
@@ -110,41 +113,58 @@ impl Engine {
 
     /// Decodes and accounts raw frames of one link type.
     pub fn process_frames(&mut self, link: LinkType, frames: &[PacketRef<'_>]) {
-        // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
-        let mut decoded = self.decoded.take().expect("scratch present");
-        let mut n = 0;
         for f in frames {
-            if f.ts_ns >= self.next_tick_ns {
-                // Time crossed a tick: account what came before, then expire, so the result is
-                // the same as processing packet by packet.
-                let ts = self.ts;
-                self.account(&decoded[..n], &ts[..n]);
-                n = 0;
-                self.tick(f.ts_ns);
-            }
-            self.stats.packets += 1;
-            self.stats.wire_bytes += f.wire_len as u64;
-            match self
-                .decoder
-                .decode(link, f.ts_ns, f.data, f.wire_len, &mut decoded[n])
-            {
-                Ok(Outcome::Ip) => {
-                    self.ts[n] = f.ts_ns;
-                    n += 1;
-                    if n == BATCH {
-                        let ts = self.ts;
-                        self.account(&decoded[..n], &ts[..n]);
-                        n = 0;
-                    }
-                }
-                Ok(Outcome::NonIp) => self.stats.non_ip += 1,
-                Err(m) => self.stats.malformed[m as usize] += 1,
-            }
+            self.push_frame(link, *f);
         }
-        let ts = self.ts;
-        self.account(&decoded[..n], &ts[..n]);
-        self.decoded = Some(decoded);
-        self.sync_decoder_counters();
+        self.flush_batch();
+    }
+
+    /// Decodes one frame into the current batch; the batch is accounted when full, when packet
+    /// time crosses a tick, or on [`Engine::flush_batch`]. The frame's bytes are not kept.
+    #[inline]
+    pub fn push_frame(&mut self, link: LinkType, f: PacketRef<'_>) {
+        if f.ts_ns >= self.next_tick_ns {
+            // Account what came before, then expire: the result is the same as processing
+            // packet by packet with the clock at this packet's time.
+            self.flush_batch();
+            self.tick(f.ts_ns);
+        }
+        self.stats.packets += 1;
+        self.stats.wire_bytes += f.wire_len as u64;
+        let n = self.pending;
+        let Some(decoded) = self.decoded.as_mut() else {
+            return;
+        };
+        match self
+            .decoder
+            .decode(link, f.ts_ns, f.data, f.wire_len, &mut decoded[n])
+        {
+            Ok(Outcome::Ip) => {
+                self.ts[n] = f.ts_ns;
+                self.pending = n + 1;
+                if self.pending == BATCH {
+                    self.flush_batch();
+                }
+            }
+            Ok(Outcome::NonIp) => self.stats.non_ip += 1,
+            Err(m) => self.stats.malformed[m as usize] += 1,
+        }
+    }
+
+    /// Accounts the packets decoded so far.
+    #[inline]
+    pub fn flush_batch(&mut self) {
+        let n = self.pending;
+        if n == 0 {
+            return;
+        }
+        self.pending = 0;
+        // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
+        if let Some(decoded) = self.decoded.take() {
+            let ts = self.ts;
+            self.account(&decoded[..n], &ts[..n]);
+            self.decoded = Some(decoded);
+        }
     }
 
     /// Accounts packets decoded elsewhere (the reader thread of a multi-shard run).
@@ -192,6 +212,7 @@ impl Engine {
         if self.live_flows + n > self.cfg.max_flows {
             self.make_room(n);
         }
+        self.index.reserve(n);
         // Pass 2: prefetch the first candidate entry of each packet.
         for &tag in &tags[..n] {
             if let Some(slot) = self.peek(tag) {
@@ -265,7 +286,7 @@ impl Engine {
         } else {
             [None, None]
         };
-        for side in 0..2 {
+        for (side, mac) in macs.into_iter().enumerate() {
             let addr = if side == 0 { key.addr_a } else { key.addr_b };
             let hk = HostKey {
                 addr,
@@ -275,7 +296,7 @@ impl Engine {
             // Only the MAC of a host on the capture's own segment is meaningful; for tunnelled
             // traffic the outer MACs belong to routers, so they are not attached to inner hosts.
             let mac = if d.tunnel == sonde_wire::Tunnel::None {
-                macs[side]
+                mac
             } else {
                 None
             };
@@ -358,6 +379,14 @@ impl Engine {
         self.expired.push(record);
     }
 
+    /// Runs [`Engine::tick`] if a tick is due at `now_ns` (for idle live links, by wall clock).
+    pub fn tick_if_due(&mut self, now_ns: u64) {
+        if now_ns >= self.next_tick_ns {
+            self.flush_batch();
+            self.tick(now_ns);
+        }
+    }
+
     /// Periodic work at packet (or wall) time `now_ns`: host accounting, timeouts, host purge.
     pub fn tick(&mut self, now_ns: u64) {
         if now_ns > self.now_ns {
@@ -405,7 +434,7 @@ impl Engine {
             }
         }
         self.ticks += 1;
-        if self.ticks % HOST_PURGE_EVERY_TICKS == 0 {
+        if self.ticks.is_multiple_of(HOST_PURGE_EVERY_TICKS) {
             let purged = self
                 .hosts
                 .purge(now.saturating_sub(cfg.host_idle_timeout_ns));
@@ -446,16 +475,33 @@ impl Engine {
 
     /// Emits every flow (end of a capture file, or shutdown).
     pub fn flush_all(&mut self, reason: EndReason) {
+        while self.flush_some(reason, usize::MAX) > 0 {}
+    }
+
+    /// Emits up to `max` flows and returns how many; call until it returns 0. Lets the caller
+    /// hand records to a sink in chunks instead of holding a copy of the whole table at once.
+    pub fn flush_some(&mut self, reason: EndReason, max: usize) -> usize {
+        self.flush_batch();
+        let mut n = 0;
         for slot in 0..self.flows.len() {
+            if n == max {
+                break;
+            }
             if self.flows[slot].live {
                 self.remove(slot as u32, reason);
+                n += 1;
             }
         }
+        n
     }
 
     /// Records emitted since the last call.
     pub fn take_expired(&mut self, into: &mut Vec<FlowRecord>) {
-        into.append(&mut self.expired);
+        if into.is_empty() {
+            std::mem::swap(into, &mut self.expired);
+        } else {
+            into.append(&mut self.expired);
+        }
     }
 
     pub fn expired_len(&self) -> usize {
@@ -464,6 +510,7 @@ impl Engine {
 
     pub fn stats(&mut self) -> ShardStats {
         self.sync_decoder_counters();
+        self.flush_batch();
         let mut s = self.stats;
         s.active_flows = self.live_flows as u64;
         s.active_hosts = self.hosts.len() as u64;
@@ -478,6 +525,10 @@ impl Engine {
     /// Copies of the live flows, with host counters current (a reader's snapshot).
     pub fn snapshot_flows(&self) -> Vec<Flow> {
         self.flows.iter().filter(|f| f.live).copied().collect()
+    }
+
+    pub fn live_hosts(&self) -> usize {
+        self.hosts.len()
     }
 
     /// The host table, after bringing host counters up to date.

@@ -307,9 +307,9 @@ impl Flow {
 
     #[cold]
     fn tcp_close(&mut self, flags: u8) {
-        if flags & tcpflags::RST != 0 {
-            self.tcp_state = TcpState::Closed;
-        } else if self.tcp_flags[0] & tcpflags::FIN != 0 && self.tcp_flags[1] & tcpflags::FIN != 0 {
+        let both_fin =
+            self.tcp_flags[0] & tcpflags::FIN != 0 && self.tcp_flags[1] & tcpflags::FIN != 0;
+        if flags & tcpflags::RST != 0 || both_fin {
             self.tcp_state = TcpState::Closed;
         } else if self.tcp_state != TcpState::Closed {
             self.tcp_state = TcpState::Closing;

@@ -84,6 +84,9 @@ impl HostTable {
         mac: Option<[u8; 6]>,
     ) -> Option<(u32, bool)> {
         let tag = key.hash32();
+        if self.len < self.capacity {
+            self.index.reserve(1);
+        }
         let hosts = &self.hosts;
         match self.index.find(tag, |s| hosts[s as usize].key == *key) {
             Ok(slot) => {

@@ -4,7 +4,7 @@ use sonde_wire::Decoded;
 
 /// A flow's identity. Endpoints are stored in canonical order (the smaller (address, port) pair
 /// first), so both directions of a conversation produce the same key and the same hash.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[derive(Clone, Copy, Debug, Default, Eq)]
 #[repr(C)]
 pub struct FlowKey {
     pub addr_a: [u8; 16],
@@ -19,7 +19,42 @@ pub struct FlowKey {
 /// Direction of a packet relative to the canonical key: 0 = a→b, 1 = b→a.
 pub type Dir = usize;
 
+impl PartialEq for FlowKey {
+    /// Compared as five 64-bit words: the hot-path comparison of every lookup.
+    #[inline(always)]
+    fn eq(&self, o: &FlowKey) -> bool {
+        let (a, b) = (self.words(), o.words());
+        ((a[0] ^ b[0]) | (a[1] ^ b[1]) | (a[2] ^ b[2]) | (a[3] ^ b[3]) | (a[4] ^ b[4])) == 0
+    }
+}
+
+impl std::hash::Hash for FlowKey {
+    fn hash<H: std::hash::Hasher>(&self, state: &mut H) {
+        self.words().hash(state)
+    }
+}
+
 impl FlowKey {
+    #[inline(always)]
+    fn words(&self) -> [u64; 5] {
+        let w = |b: &[u8; 16], i: usize| {
+            let mut x = [0u8; 8];
+            x.copy_from_slice(&b[i..i + 8]);
+            u64::from_ne_bytes(x)
+        };
+        [
+            w(&self.addr_a, 0),
+            w(&self.addr_a, 8),
+            w(&self.addr_b, 0),
+            w(&self.addr_b, 8),
+            self.port_a as u64
+                | (self.port_b as u64) << 16
+                | (self.proto as u64) << 32
+                | (self.ip_version as u64) << 40
+                | (self.vlan as u64) << 48,
+        ]
+    }
+
     /// Builds the canonical key of a decoded packet and the packet's direction.
     #[inline(always)]
     pub fn from_packet(d: &Decoded) -> (FlowKey, Dir) {

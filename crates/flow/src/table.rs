@@ -11,17 +11,57 @@ pub const EMPTY: u64 = 0;
 pub struct Index {
     slots: Vec<u64>,
     mask: u32,
+    len: usize,
+    max_slots: usize,
 }
 
 impl Index {
-    /// An index able to hold `max_entries` at a load of at most 1/2.
+    /// An index able to hold `max_entries` at a load of at most 1/2. It starts small and
+    /// doubles as it fills: a small table stays in cache (and in the TLB) however large the cap.
     pub fn with_max_entries(max_entries: usize) -> Index {
-        let n = (max_entries.max(8) * 2).next_power_of_two();
-        assert!(n <= 1 << 31, "index too large");
+        let max_slots = (max_entries.max(8) * 2).next_power_of_two();
+        assert!(max_slots <= 1 << 31, "index too large");
+        let n = max_slots.min(1024);
         Index {
             slots: vec![EMPTY; n],
             mask: (n - 1) as u32,
+            len: 0,
+            max_slots,
         }
+    }
+
+    /// Makes sure `more` inserts keep the load at most 1/2 (growing if allowed). Call before
+    /// [`Index::find`] whose position will be used for an insert.
+    #[inline]
+    pub fn reserve(&mut self, more: usize) {
+        if (self.len + more) * 2 > self.slots.len() && self.slots.len() < self.max_slots {
+            self.grow(self.len + more);
+        }
+    }
+
+    #[cold]
+    fn grow(&mut self, want: usize) {
+        let n = (want * 2)
+            .next_power_of_two()
+            .clamp(self.slots.len() * 2, self.max_slots);
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; n]);
+        self.mask = (n - 1) as u32;
+        for s in old.into_iter().filter(|&s| s != EMPTY) {
+            // Positions come from the stored tag: entries are not touched to rehash.
+            let mut i = self.home((s >> 32) as u32);
+            while self.slots[i] != EMPTY {
+                i = (i + 1) & self.mask as usize;
+            }
+            self.slots[i] = s;
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
     }
 
     #[inline(always)]
@@ -60,6 +100,7 @@ impl Index {
     pub fn insert_at(&mut self, position: usize, tag: u32, slot: u32) {
         debug_assert_eq!(self.slots[position], EMPTY);
         self.slots[position] = ((tag as u64) << 32) | (slot as u64 + 1);
+        self.len += 1;
     }
 
     /// Removes the entry pointing at `slot` (whose key hashed to `tag`).
@@ -93,6 +134,7 @@ impl Index {
             j = (j + 1) & mask;
         }
         self.slots[hole] = EMPTY;
+        self.len -= 1;
     }
 
     pub fn memory_bytes(&self) -> usize {
@@ -130,6 +172,7 @@ mod tests {
                 .wrapping_add(1442695040888963407);
             let key = (seed >> 33) % 200;
             let tag = (key % 37) as u32 * 3; // many collisions on purpose
+            idx.reserve(1);
             let found = idx.find(tag, |s| keys[s as usize] == Some(key));
             match (found, model.get(&key).copied()) {
                 (Ok(slot), Some(m)) => {

@@ -1,1 +1,16 @@
+//! Runs a probe: one source feeding one [`sonde_flow::Engine`] per shard, a sink thread writing
+//! expired flows, and live statistics and snapshots for readers.
+//!
+//! Why this crate exists: the threading and hand-off rules live in one place. Shards share
+//! nothing on the packet path; what crosses threads goes in batches (decoded packets from a file
+//! reader, expired flow records to the sink) or as periodic copies (stats every few thousand
+//! packets, snapshots on request between batches), so readers never stop packet processing.
 
+mod config;
+mod report;
+mod run;
+mod shard;
+
+pub use config::{Input, ProbeConfig, Replay};
+pub use report::{format_count, stats_line, summary_json};
+pub use run::{start, Probe, ProbeError, Summary};

@@ -1,1 +1,373 @@
-fn main() {}
+//! `sonde`: the command-line probe. Only flags and glue live here; the work is in the library
+//! crates (wire → capture → flow → probe → export).
+//!
+//! Flags follow tcpdump/ntopng/nProbe: `-r FILE`, `-i IFACE`, `-f 'BPF'`, `--threads N`. Every
+//! failure ends as one `sonde: error: …` line on stderr and a non-zero exit code.
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, ValueEnum};
+use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
+use sonde_export::{host_json, Format};
+use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
+use sonde_probe::{format_count, stats_line, summary_json, Input, ProbeConfig, Replay};
+use std::io::{IsTerminal, Write};
+use std::path::PathBuf;
+use std::process::ExitCode;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sonde",
+    version,
+    about = "Real-time network traffic monitor: packets in, exact flows and hosts out"
+)]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["read", "interface", "synthetic"]))]
+struct Cli {
+    /// Read packets from a pcap or pcapng file.
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    read: Option<PathBuf>,
+    /// Capture live on an interface (needs root or CAP_NET_RAW).
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    interface: Option<String>,
+    /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S].
+    #[arg(long, value_name = "SPEC")]
+    synthetic: Option<String>,
+    /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.
+    #[arg(short = 'f', long = "filter", value_name = "BPF")]
+    filter: Option<String>,
+    /// With --synthetic: write the generated packets to a pcap file and exit.
+    #[arg(
+        short = 'w',
+        long = "write",
+        value_name = "FILE",
+        requires = "synthetic"
+    )]
+    write: Option<PathBuf>,
+    /// Shards (one per core); both directions of a flow always go to the same shard.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    threads: usize,
+    /// Read a file as fast as possible, or paced by its timestamps.
+    #[arg(long, value_enum, default_value_t = ReplayArg::Fast)]
+    replay: ReplayArg,
+    /// Write expired flows to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    flows_out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = FormatArg::Json)]
+    flows_format: FormatArg,
+    /// Write every host (merged across shards) as JSON lines at the end.
+    #[arg(long, value_name = "FILE")]
+    hosts_out: Option<PathBuf>,
+    /// Write the final summary as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    stats_json: Option<PathBuf>,
+    /// Print a stats line per shard every SECS seconds (0: never). Default: 1 for live capture.
+    #[arg(long, value_name = "SECS")]
+    stats_interval: Option<f64>,
+    /// Seconds without packets after which a flow is expired.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    idle_timeout: u64,
+    /// Seconds after which a long flow is exported and its counters restarted (0: never).
+    #[arg(long, default_value_t = 1800, value_name = "SECS")]
+    active_timeout: u64,
+    /// Flow table capacity (all shards together); accepts k/M suffixes.
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    max_flows: usize,
+    /// Host table capacity (all shards together); accepts k/M suffixes.
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    max_hosts: usize,
+    /// When the flow table is full: evict the longest-idle flows, or drop new ones.
+    #[arg(long, value_enum, default_value_t = TableFullArg::Evict)]
+    table_full: TableFullArg,
+    /// Stop a live or synthetic run after SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// No progress bar and no summary on stderr (errors are still printed).
+    #[arg(short, long)]
+    quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ReplayArg {
+    Fast,
+    Realtime,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FormatArg {
+    Json,
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum TableFullArg {
+    Evict,
+    Drop,
+}
+
+fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1_000),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1_000_000),
+        _ => (&t[..], 1),
+    };
+    match digits.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n * mult),
+        _ => Err(format!(
+            "'{s}' is not a positive count (examples: 500000, 500k, 2M)"
+        )),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = match Cli::try_parse() {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return ExitCode::SUCCESS;
+            }
+            // clap's message spans several lines; keep its first line and point to --help.
+            let text = e.to_string();
+            let first = text
+                .lines()
+                .next()
+                .unwrap_or("invalid arguments")
+                .trim_start_matches("error: ");
+            eprintln!("sonde: error: {first} (see 'sonde --help')");
+            return ExitCode::from(2);
+        }
+    };
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+            eprintln!("sonde: error: {}", msg.join(": "));
+            ExitCode::FAILURE
+        }
+    }
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    let input = if let Some(p) = &cli.read {
+        Input::File(p.clone())
+    } else if let Some(i) = &cli.interface {
+        Input::Live(i.clone())
+    } else if let Some(s) = &cli.synthetic {
+        Input::Synthetic(SyntheticSpec::parse(s)?)
+    } else {
+        bail!("no input: give -r FILE, -i IFACE or --synthetic SPEC");
+    };
+    if let (Some(path), Input::Synthetic(spec)) = (&cli.write, &input) {
+        return write_synthetic(spec, path, cli.quiet);
+    }
+    if cli.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if cli.idle_timeout == 0 {
+        bail!("--idle-timeout must be at least 1 second");
+    }
+    let source_name = match &input {
+        Input::File(p) => p.display().to_string(),
+        Input::Live(i) => format!("interface {i}"),
+        Input::Synthetic(_) => format!("synthetic {}", cli.synthetic.as_deref().unwrap_or("")),
+    };
+    let is_live = matches!(input, Input::Live(_));
+    let is_file = matches!(input, Input::File(_));
+    let mut cfg = ProbeConfig::new(input);
+    cfg.filter = cli.filter.clone();
+    cfg.threads = cli.threads;
+    cfg.replay = match cli.replay {
+        ReplayArg::Fast => Replay::Fast,
+        ReplayArg::Realtime => Replay::Realtime,
+    };
+    cfg.engine = EngineConfig {
+        max_flows: cli.max_flows,
+        max_hosts: cli.max_hosts,
+        idle_timeout_ns: cli.idle_timeout * 1_000_000_000,
+        active_timeout_ns: cli.active_timeout * 1_000_000_000,
+        full_policy: match cli.table_full {
+            TableFullArg::Evict => FullPolicy::EvictIdle,
+            TableFullArg::Drop => FullPolicy::Drop,
+        },
+        ..EngineConfig::default()
+    };
+    let format = match cli.flows_format {
+        FormatArg::Json => Format::Json,
+        FormatArg::Csv => Format::Csv,
+    };
+    cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
+    cfg.collect_hosts = cli.hosts_out.is_some();
+    cfg.duration = match cli.duration {
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            bail!("--duration must be a positive number of seconds")
+        }
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let interval = match cli.stats_interval {
+        Some(s) if s < 0.0 || !s.is_finite() => {
+            bail!("--stats-interval must be 0 or a positive number of seconds")
+        }
+        Some(0.0) => None,
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None if is_live && !cli.quiet => Some(Duration::from_secs(1)),
+        None => None,
+    };
+
+    let deadline = cfg.duration.map(|d| Instant::now() + d);
+    let probe = sonde_probe::start(cfg)?;
+    let stop = probe.stop_flag();
+    ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
+        .context("cannot install the Ctrl-C handler")?;
+
+    let bar = (is_file && !cli.quiet && std::io::stderr().is_terminal()).then(|| {
+        let (_, len) = probe.progress().unwrap_or((0, 0));
+        let b = indicatif::ProgressBar::new(len);
+        b.set_style(
+            indicatif::ProgressStyle::with_template("{bar:40} {bytes}/{total_bytes} {msg}")
+                .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar()),
+        );
+        b
+    });
+    let mut prev: Vec<ShardStats> = probe.shard_stats();
+    let mut last = Instant::now();
+    while !probe.is_finished() {
+        std::thread::sleep(Duration::from_millis(100));
+        if let (Some(b), Some((done, _))) = (&bar, probe.progress()) {
+            b.set_position(done);
+            let pkts: u64 = probe.shard_stats().iter().map(|s| s.packets).sum();
+            b.set_message(format!("{} packets", format_count(pkts)));
+        }
+        if let Some(iv) = interval {
+            if last.elapsed() >= iv {
+                let now = probe.shard_stats();
+                let dt = last.elapsed();
+                let drops = probe.capture_drops();
+                let mut lines = Vec::new();
+                let mut total = ShardStats::default();
+                let mut total_prev = ShardStats::default();
+                for (i, (n, p)) in now.iter().zip(&prev).enumerate() {
+                    lines.push(stats_line(&format!("shard{i}"), n, p, dt, 0));
+                    total.merge(n);
+                    total_prev.merge(p);
+                }
+                lines.push(stats_line(
+                    "total",
+                    &total,
+                    &total_prev,
+                    dt,
+                    drops.dropped + drops.if_dropped,
+                ));
+                for l in lines {
+                    match &bar {
+                        Some(b) => b.println(l),
+                        None => eprintln!("{l}"),
+                    }
+                }
+                prev = now;
+                last = Instant::now();
+            }
+        }
+        // join() enforces --duration; leave the loop when it is reached.
+        if deadline.is_some_and(|d| Instant::now() >= d) {
+            break;
+        }
+    }
+    if let Some(b) = bar {
+        b.finish_and_clear();
+    }
+    let summary = probe.join()?;
+
+    if let Some(path) = &cli.hosts_out {
+        let mut hosts = summary.hosts.clone();
+        hosts.sort_by(|a, b| {
+            (a.key.ip_version, a.key.addr, a.key.vlan).cmp(&(
+                b.key.ip_version,
+                b.key.addr,
+                b.key.vlan,
+            ))
+        });
+        let mut out = open_text_output(path)?;
+        let mut line = String::new();
+        for h in &hosts {
+            line.clear();
+            host_json(&mut line, h);
+            out.write_all(line.as_bytes())
+                .with_context(|| format!("cannot write '{}'", path.display()))?;
+        }
+        out.flush()
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+    }
+    if let Some(path) = &cli.stats_json {
+        let v = summary_json(&summary, &source_name, cli.threads);
+        let mut out = open_text_output(path)?;
+        serde_json::to_writer_pretty(&mut out, &v)
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+        out.write_all(b"\n")?;
+        out.flush()?;
+    }
+    let t = &summary.total;
+    if !cli.quiet {
+        let secs = summary.elapsed.as_secs_f64();
+        eprintln!(
+            "sonde: {} packets ({} to flows, {} not IP, {} malformed, {} dropped), {} flows, {} hosts in {:.2} s ({:.2} Mpps)",
+            format_count(t.packets),
+            format_count(t.ip_packets),
+            format_count(t.non_ip),
+            format_count(t.malformed_total()),
+            format_count(t.dropped_total()),
+            format_count(t.flows_created),
+            format_count(summary.distinct_hosts as u64),
+            secs,
+            if secs > 0.0 { t.packets as f64 / secs / 1e6 } else { 0.0 }
+        );
+    }
+    if let Some(e) = &summary.error {
+        eprintln!("sonde: error: {e}");
+        return Ok(ExitCode::FAILURE);
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn open_text_output(path: &std::path::Path) -> Result<Box<dyn Write>> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::stdout().lock()));
+    }
+    let f = std::fs::File::create(path)
+        .with_context(|| format!("cannot create '{}'", path.display()))?;
+    Ok(Box::new(std::io::BufWriter::new(f)))
+}
+
+/// The generator: P synthetic packets into a classic pcap, 1 µs apart, for peers to read.
+fn write_synthetic(spec: &SyntheticSpec, path: &std::path::Path, quiet: bool) -> Result<ExitCode> {
+    let Some(total) = spec.packets else {
+        bail!("-w needs a packet count: add packets=P to --synthetic");
+    };
+    let mut w = PcapWriter::create(path, sonde_wire::LinkType::Ethernet)
+        .with_context(|| format!("cannot create '{}'", path.display()))?;
+    let mut src = SyntheticSource::new(spec.clone(), 0, 1);
+    let start_ns: u64 = 1_700_000_000_000_000_000;
+    let mut frame = Vec::new();
+    let mut i: u64 = 0;
+    while let Some(f) = src.next(start_ns + i * 1000) {
+        frame.clear();
+        frame.extend_from_slice(f.data);
+        fix_ipv4_checksum(&mut frame);
+        w.write(f.ts_ns, f.wire_len, &frame)
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+        i += 1;
+    }
+    w.finish()
+        .with_context(|| format!("cannot write '{}'", path.display()))?;
+    if !quiet {
+        eprintln!(
+            "sonde: wrote {} packets to {}",
+            format_count(total),
+            path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

@@ -186,7 +186,20 @@ impl Decoder {
         wire_len: u32,
         out: &mut Decoded,
     ) -> Result<Outcome, Malformed> {
-        *out = Decoded::default();
+        // Reset only what a decode may leave unset (a full reset is a memset per packet).
+        out.sport = 0;
+        out.dport = 0;
+        out.vlan = 0;
+        out.payload_len = 0;
+        out.payload_offset = 0;
+        out.tcp_flags = 0;
+        out.tcp_seq = 0;
+        out.tcp_ack = 0;
+        out.icmp_type_code = 0;
+        out.tos = 0;
+        out.has_mac = false;
+        out.tunnel = Tunnel::None;
+        out.is_fragment = false;
         let wire_len = (wire_len as usize).max(data.len());
         let mut p = Parse {
             data,
@@ -265,6 +278,7 @@ impl Parse<'_, '_> {
     }
 
     /// Dispatches on an EtherType, peeling VLAN tags, MPLS labels and PPPoE on the way.
+    #[inline]
     fn ethertype(
         &mut self,
         mut ethertype: u16,

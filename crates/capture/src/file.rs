@@ -1,0 +1,595 @@
+//! pcap and pcapng files, read through one large reusable buffer.
+//!
+//! Every length in a record header is checked before it is trusted: a caplen larger than
+//! [`MAX_RECORD`] is corruption, and a file that ends inside a record is reported as truncated
+//! after all complete packets before it were handed out.
+
+use crate::error::CaptureError;
+use crate::Frame;
+use sonde_wire::LinkType;
+use std::fs::File;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+
+const BUF_SIZE: usize = 4 << 20;
+/// Largest record accepted (pcapng blocks, pcap caplen). Real frames are at most 256 KiB.
+const MAX_RECORD: usize = 16 << 20;
+
+#[derive(Clone, Copy, Debug)]
+struct Iface {
+    link: LinkType,
+    /// Timestamp resolution: units per second as a power of 10 (`false`) or 2 (`true`).
+    tsresol_pow2: bool,
+    tsresol_exp: u8,
+}
+
+#[derive(Debug)]
+enum Format {
+    Pcap {
+        swapped: bool,
+        nanos: bool,
+        link: LinkType,
+    },
+    PcapNg {
+        swapped: bool,
+        ifaces: Vec<Iface>,
+    },
+}
+
+pub struct FileSource {
+    path: PathBuf,
+    file: File,
+    file_len: u64,
+    buf: Vec<u8>,
+    pos: usize,
+    end: usize,
+    /// File offset of `buf[0]`.
+    base: u64,
+    eof: bool,
+    format: Format,
+    packets: u64,
+    last_ts_ns: u64,
+}
+
+impl FileSource {
+    pub fn open(path: &Path) -> Result<FileSource, CaptureError> {
+        let io = |e| CaptureError::Io {
+            path: path.to_path_buf(),
+            source: e,
+        };
+        let file = File::open(path).map_err(io)?;
+        let meta = file.metadata().map_err(io)?;
+        if meta.is_dir() {
+            return Err(CaptureError::Io {
+                path: path.to_path_buf(),
+                source: std::io::Error::other("it is a directory, not a capture file"),
+            });
+        }
+        let mut src = FileSource {
+            path: path.to_path_buf(),
+            file,
+            file_len: meta.len(),
+            buf: vec![0; BUF_SIZE],
+            pos: 0,
+            end: 0,
+            base: 0,
+            eof: false,
+            format: Format::Pcap {
+                swapped: false,
+                nanos: false,
+                link: LinkType::Ethernet,
+            },
+            packets: 0,
+            last_ts_ns: 0,
+        };
+        let have = src.fill(4)?;
+        if have < 4 {
+            let mut magic = [0u8; 4];
+            magic[..have].copy_from_slice(&src.buf[..have]);
+            return Err(CaptureError::NotACapture {
+                path: src.path.clone(),
+                magic,
+            });
+        }
+        let magic = [src.buf[0], src.buf[1], src.buf[2], src.buf[3]];
+        let m = u32::from_le_bytes(magic);
+        match m {
+            0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 => src.open_pcap(m)?,
+            0x0a0d_0d0a => {
+                src.format = Format::PcapNg {
+                    swapped: false,
+                    ifaces: Vec::new(),
+                }
+            }
+            _ => {
+                return Err(CaptureError::NotACapture {
+                    path: src.path.clone(),
+                    magic,
+                })
+            }
+        }
+        Ok(src)
+    }
+
+    fn open_pcap(&mut self, magic: u32) -> Result<(), CaptureError> {
+        let swapped = matches!(magic, 0xd4c3_b2a1 | 0x4d3c_b2a1);
+        let nanos = matches!(magic, 0xa1b2_3c4d | 0x4d3c_b2a1);
+        if self.fill(24)? < 24 {
+            return Err(self.truncated(0, 24));
+        }
+        let network = self.u32_at(20, swapped);
+        // The upper bits may carry FCS information (pcap-savefile(5)); the link type is the low 16.
+        let linktype = network & 0xffff;
+        let link = LinkType::from_linktype(linktype);
+        if !link.is_supported() {
+            return Err(CaptureError::UnsupportedLinkType {
+                path: self.path.clone(),
+                linktype,
+            });
+        }
+        self.pos = 24;
+        self.format = Format::Pcap {
+            swapped,
+            nanos,
+            link,
+        };
+        Ok(())
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Size of the file, and how far reading has got (for progress bars).
+    pub fn progress(&self) -> (u64, u64) {
+        (self.base + self.pos as u64, self.file_len)
+    }
+
+    pub fn packets_read(&self) -> u64 {
+        self.packets
+    }
+
+    /// Link type of a classic pcap file (pcapng files may mix several).
+    pub fn link_type(&self) -> Option<LinkType> {
+        match &self.format {
+            Format::Pcap { link, .. } => Some(*link),
+            Format::PcapNg { ifaces, .. } => ifaces.first().map(|i| i.link),
+        }
+    }
+
+    #[inline]
+    fn u32_at(&self, off: usize, swapped: bool) -> u32 {
+        let b = [
+            self.buf[self.pos + off],
+            self.buf[self.pos + off + 1],
+            self.buf[self.pos + off + 2],
+            self.buf[self.pos + off + 3],
+        ];
+        if swapped {
+            u32::from_be_bytes(b)
+        } else {
+            u32::from_le_bytes(b)
+        }
+    }
+
+    #[inline]
+    fn u16_at(&self, off: usize, swapped: bool) -> u16 {
+        let b = [self.buf[self.pos + off], self.buf[self.pos + off + 1]];
+        if swapped {
+            u16::from_be_bytes(b)
+        } else {
+            u16::from_le_bytes(b)
+        }
+    }
+
+    /// Makes at least `n` bytes available at `pos` if the file has them; returns how many are.
+    #[inline]
+    fn fill(&mut self, n: usize) -> Result<usize, CaptureError> {
+        if self.end - self.pos >= n {
+            return Ok(self.end - self.pos);
+        }
+        self.refill(n)
+    }
+
+    #[cold]
+    fn refill(&mut self, n: usize) -> Result<usize, CaptureError> {
+        if self.pos > 0 {
+            self.buf.copy_within(self.pos..self.end, 0);
+            self.base += self.pos as u64;
+            self.end -= self.pos;
+            self.pos = 0;
+        }
+        if n > self.buf.len() {
+            self.buf.resize(n.next_power_of_two(), 0);
+        }
+        while self.end < n && !self.eof {
+            match self.file.read(&mut self.buf[self.end..]) {
+                Ok(0) => self.eof = true,
+                Ok(k) => self.end += k,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+                Err(e) => {
+                    return Err(CaptureError::Io {
+                        path: self.path.clone(),
+                        source: e,
+                    })
+                }
+            }
+        }
+        Ok(self.end - self.pos)
+    }
+
+    fn truncated(&self, have: usize, needed: usize) -> CaptureError {
+        let _ = have;
+        CaptureError::Truncated {
+            path: self.path.clone(),
+            packet: self.packets + 1,
+            offset: self.base + self.pos as u64,
+            needed: needed as u64,
+            available: (self.end - self.pos) as u64,
+        }
+    }
+
+    fn corrupt(&self, what: String) -> CaptureError {
+        CaptureError::Corrupt {
+            path: self.path.clone(),
+            offset: self.base + self.pos as u64,
+            what,
+        }
+    }
+
+    /// The next frame and its link type, `Ok(None)` at the end of the file.
+    #[inline]
+    pub fn next_frame(&mut self) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+        match self.format {
+            Format::Pcap {
+                swapped,
+                nanos,
+                link,
+            } => self.next_pcap(swapped, nanos, link),
+            Format::PcapNg { .. } => self.next_pcapng(),
+        }
+    }
+
+    #[inline]
+    fn next_pcap(
+        &mut self,
+        swapped: bool,
+        nanos: bool,
+        link: LinkType,
+    ) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+        let have = self.fill(16)?;
+        if have == 0 {
+            return Ok(None);
+        }
+        if have < 16 {
+            return Err(self.truncated(have, 16));
+        }
+        let sec = self.u32_at(0, swapped) as u64;
+        let frac = self.u32_at(4, swapped) as u64;
+        let caplen = self.u32_at(8, swapped) as usize;
+        let origlen = self.u32_at(12, swapped);
+        if caplen > MAX_RECORD {
+            return Err(self.corrupt(format!(
+                "record {} claims {} captured bytes (more than {})",
+                self.packets + 1,
+                caplen,
+                MAX_RECORD
+            )));
+        }
+        let have = self.fill(16 + caplen)?;
+        if have < 16 + caplen {
+            return Err(self.truncated(have, 16 + caplen));
+        }
+        let ts_ns = sec * 1_000_000_000 + if nanos { frac } else { frac * 1000 };
+        let start = self.pos + 16;
+        self.pos = start + caplen;
+        self.packets += 1;
+        self.last_ts_ns = ts_ns;
+        let data = &self.buf[start..start + caplen];
+        Ok(Some((
+            link,
+            Frame {
+                ts_ns,
+                wire_len: origlen.max(caplen as u32),
+                data,
+            },
+        )))
+    }
+
+    fn next_pcapng(&mut self) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+        loop {
+            let have = self.fill(12)?;
+            if have == 0 {
+                return Ok(None);
+            }
+            if have < 12 {
+                return Err(self.truncated(have, 12));
+            }
+            let raw_type = u32::from_le_bytes([
+                self.buf[self.pos],
+                self.buf[self.pos + 1],
+                self.buf[self.pos + 2],
+                self.buf[self.pos + 3],
+            ]);
+            if raw_type == 0x0a0d_0d0a {
+                // Section header: its byte-order magic decides how to read the rest.
+                let bom = u32::from_le_bytes([
+                    self.buf[self.pos + 8],
+                    self.buf[self.pos + 9],
+                    self.buf[self.pos + 10],
+                    self.buf[self.pos + 11],
+                ]);
+                let swapped = match bom {
+                    0x1a2b_3c4d => false,
+                    0x4d3c_2b1a => true,
+                    _ => {
+                        return Err(self.corrupt(format!(
+                            "pcapng section header with byte-order magic {bom:#010x}"
+                        )))
+                    }
+                };
+                self.format = Format::PcapNg {
+                    swapped,
+                    ifaces: Vec::new(),
+                };
+            }
+            let swapped = match &self.format {
+                Format::PcapNg { swapped, .. } => *swapped,
+                Format::Pcap { .. } => unreachable!("pcapng reader on a pcap file"),
+            };
+            let btype = self.u32_at(0, swapped);
+            let blen = self.u32_at(4, swapped) as usize;
+            if !(12..=MAX_RECORD).contains(&blen) {
+                return Err(self.corrupt(format!(
+                    "pcapng block of type {btype:#x} claims length {blen}"
+                )));
+            }
+            let have = self.fill(blen)?;
+            if have < blen {
+                return Err(self.truncated(have, blen));
+            }
+            let block_start = self.pos;
+            match btype {
+                // Interface description.
+                1 => {
+                    if blen < 20 {
+                        return Err(self.corrupt("pcapng interface block too short".into()));
+                    }
+                    let linktype = self.u16_at(8, swapped) as u32;
+                    let link = LinkType::from_linktype(linktype);
+                    if !link.is_supported() {
+                        return Err(CaptureError::UnsupportedLinkType {
+                            path: self.path.clone(),
+                            linktype,
+                        });
+                    }
+                    let mut iface = Iface {
+                        link,
+                        tsresol_pow2: false,
+                        tsresol_exp: 6,
+                    };
+                    let mut o = 16;
+                    while o + 4 <= blen - 4 {
+                        let code = self.u16_at(o, swapped);
+                        let len = self.u16_at(o + 2, swapped) as usize;
+                        if code == 0 || o + 4 + len > blen - 4 {
+                            break;
+                        }
+                        if code == 9 && len >= 1 {
+                            let v = self.buf[self.pos + o + 4];
+                            iface.tsresol_pow2 = v & 0x80 != 0;
+                            iface.tsresol_exp = v & 0x7f;
+                        }
+                        o += 4 + len.div_ceil(4) * 4;
+                    }
+                    if let Format::PcapNg { ifaces, .. } = &mut self.format {
+                        ifaces.push(iface);
+                    }
+                    self.pos += blen;
+                }
+                // Enhanced packet (6) and obsolete packet (2) blocks.
+                6 | 2 => {
+                    if blen < 32 {
+                        return Err(self.corrupt("pcapng packet block too short".into()));
+                    }
+                    let ifid = if btype == 6 {
+                        self.u32_at(8, swapped) as usize
+                    } else {
+                        self.u16_at(8, swapped) as usize
+                    };
+                    let ts =
+                        ((self.u32_at(12, swapped) as u64) << 32) | self.u32_at(16, swapped) as u64;
+                    let caplen = self.u32_at(20, swapped) as usize;
+                    let origlen = self.u32_at(24, swapped);
+                    if 28 + caplen > blen - 4 {
+                        return Err(self.corrupt(format!(
+                            "packet {} claims {} captured bytes in a {}-byte block",
+                            self.packets + 1,
+                            caplen,
+                            blen
+                        )));
+                    }
+                    let iface = match &self.format {
+                        Format::PcapNg { ifaces, .. } => ifaces.get(ifid).copied(),
+                        _ => None,
+                    };
+                    let Some(iface) = iface else {
+                        return Err(self.corrupt(format!(
+                            "packet {} refers to undeclared interface {}",
+                            self.packets + 1,
+                            ifid
+                        )));
+                    };
+                    let ts_ns = ts_to_ns(ts, iface);
+                    self.pos += blen;
+                    self.packets += 1;
+                    self.last_ts_ns = ts_ns;
+                    let data = &self.buf[block_start + 28..block_start + 28 + caplen];
+                    return Ok(Some((
+                        iface.link,
+                        Frame {
+                            ts_ns,
+                            wire_len: origlen.max(caplen as u32),
+                            data,
+                        },
+                    )));
+                }
+                // Simple packet block: interface 0, no timestamp (keep the previous one).
+                3 => {
+                    let origlen = self.u32_at(8, swapped);
+                    let caplen = (origlen as usize).min(blen - 16);
+                    let iface = match &self.format {
+                        Format::PcapNg { ifaces, .. } => ifaces.first().copied(),
+                        _ => None,
+                    };
+                    let Some(iface) = iface else {
+                        return Err(self.corrupt("simple packet block before any interface".into()));
+                    };
+                    self.pos += blen;
+                    self.packets += 1;
+                    let data = &self.buf[block_start + 12..block_start + 12 + caplen];
+                    return Ok(Some((
+                        iface.link,
+                        Frame {
+                            ts_ns: self.last_ts_ns,
+                            wire_len: origlen.max(caplen as u32),
+                            data,
+                        },
+                    )));
+                }
+                // Section header, statistics, name resolution, custom...: nothing to count.
+                _ => self.pos += blen,
+            }
+        }
+    }
+}
+
+fn ts_to_ns(ts: u64, iface: Iface) -> u64 {
+    let e = iface.tsresol_exp as u32;
+    if iface.tsresol_pow2 {
+        ((ts as u128 * 1_000_000_000u128) >> e.min(127)) as u64
+    } else if e <= 9 {
+        ts.saturating_mul(10u64.pow(9 - e))
+    } else {
+        ts / 10u64.saturating_pow(e - 9)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::writer::PcapWriter;
+
+    fn tmp(name: &str) -> PathBuf {
+        let dir = std::env::temp_dir().join(format!("sonde-capture-test-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir.join(name)
+    }
+
+    #[test]
+    fn pcap_roundtrip_and_truncation() {
+        let p = tmp("a.pcap");
+        let mut w = PcapWriter::create(&p, LinkType::Ethernet).unwrap();
+        for i in 0..1000u32 {
+            w.write(
+                1_700_000_000_000_000_000 + i as u64 * 1000,
+                100,
+                &[i as u8; 60],
+            )
+            .unwrap();
+        }
+        w.finish().unwrap();
+        let mut s = FileSource::open(&p).unwrap();
+        let mut n = 0;
+        while let Some((link, f)) = s.next_frame().unwrap() {
+            assert_eq!(link, LinkType::Ethernet);
+            assert_eq!((f.data.len(), f.wire_len), (60, 100));
+            assert_eq!(f.ts_ns, 1_700_000_000_000_000_000 + n * 1000);
+            n += 1;
+        }
+        assert_eq!(n, 1000);
+        // Cut in the middle of the last record.
+        let bytes = std::fs::read(&p).unwrap();
+        let cut = tmp("cut.pcap");
+        std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+        let mut s = FileSource::open(&cut).unwrap();
+        let mut n = 0;
+        let err = loop {
+            match s.next_frame() {
+                Ok(Some(_)) => n += 1,
+                Ok(None) => panic!("truncation not detected"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(n, 999);
+        assert!(
+            matches!(err, CaptureError::Truncated { packet: 1000, .. }),
+            "{err}"
+        );
+        assert!(err.to_string().contains("truncated"));
+    }
+
+    #[test]
+    fn foreign_and_empty_files() {
+        let p = tmp("text.txt");
+        std::fs::write(&p, b"hello world, not a capture").unwrap();
+        assert!(matches!(
+            FileSource::open(&p),
+            Err(CaptureError::NotACapture { .. })
+        ));
+        let e = tmp("empty.pcap");
+        std::fs::write(&e, b"").unwrap();
+        assert!(matches!(
+            FileSource::open(&e),
+            Err(CaptureError::NotACapture { .. })
+        ));
+        let missing = FileSource::open(Path::new("/nonexistent/x.pcap"))
+            .err()
+            .unwrap();
+        assert!(missing.to_string().contains("no such file"), "{missing}");
+    }
+
+    #[test]
+    fn corrupt_caplen_is_reported() {
+        let p = tmp("corrupt.pcap");
+        let mut w = PcapWriter::create(&p, LinkType::Ethernet).unwrap();
+        w.write(0, 60, &[0u8; 60]).unwrap();
+        w.finish().unwrap();
+        let mut bytes = std::fs::read(&p).unwrap();
+        bytes[24 + 8..24 + 12].copy_from_slice(&0x7fff_ffffu32.to_le_bytes());
+        std::fs::write(&p, &bytes).unwrap();
+        let mut s = FileSource::open(&p).unwrap();
+        assert!(matches!(s.next_frame(), Err(CaptureError::Corrupt { .. })));
+    }
+
+    #[test]
+    fn pcapng_resolution() {
+        let ns = ts_to_ns(
+            1_500_000,
+            Iface {
+                link: LinkType::Ethernet,
+                tsresol_pow2: false,
+                tsresol_exp: 6,
+            },
+        );
+        assert_eq!(ns, 1_500_000_000);
+        let ns = ts_to_ns(
+            3,
+            Iface {
+                link: LinkType::Ethernet,
+                tsresol_pow2: true,
+                tsresol_exp: 1,
+            },
+        );
+        assert_eq!(ns, 1_500_000_000);
+        let ns = ts_to_ns(
+            7,
+            Iface {
+                link: LinkType::Ethernet,
+                tsresol_pow2: false,
+                tsresol_exp: 9,
+            },
+        );
+        assert_eq!(ns, 7);
+    }
+}

@@ -1,0 +1,51 @@
+use sonde_capture::SyntheticSpec;
+use sonde_export::Format;
+use sonde_flow::EngineConfig;
+use std::path::PathBuf;
+use std::time::Duration;
+
+#[derive(Clone, Debug)]
+pub enum Input {
+    File(PathBuf),
+    Live(String),
+    Synthetic(SyntheticSpec),
+}
+
+/// How fast a file is read: as fast as the engine goes, or paced by its timestamps.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Replay {
+    Fast,
+    Realtime,
+}
+
+#[derive(Clone, Debug)]
+pub struct ProbeConfig {
+    pub input: Input,
+    /// BPF capture filter (tcpdump syntax).
+    pub filter: Option<String>,
+    pub threads: usize,
+    pub replay: Replay,
+    /// Table capacities here are totals; each shard gets an equal share.
+    pub engine: EngineConfig,
+    /// Where expired flows go (`-` for standard output) and in which format.
+    pub flows_out: Option<(PathBuf, Format)>,
+    /// Stop a live or synthetic run after this long.
+    pub duration: Option<Duration>,
+    /// Return every host with its counters in the summary (costs a copy of the host tables).
+    pub collect_hosts: bool,
+}
+
+impl ProbeConfig {
+    pub fn new(input: Input) -> ProbeConfig {
+        ProbeConfig {
+            input,
+            filter: None,
+            threads: 1,
+            replay: Replay::Fast,
+            engine: EngineConfig::default(),
+            flows_out: None,
+            duration: None,
+            collect_hosts: false,
+        }
+    }
+}

@@ -1,0 +1,520 @@
+//! Starting a probe, reading it while it runs, and collecting its summary.
+
+use crate::config::{Input, ProbeConfig, Replay};
+use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
+use crossbeam_channel::{bounded, Sender};
+use sonde_capture::{
+    CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
+};
+use sonde_export::FlowWriter;
+use sonde_flow::{Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
+use sonde_wire::{Decoded, Decoder, Outcome};
+use std::collections::HashMap;
+use std::fmt;
+use std::io::Write;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(Debug)]
+pub enum ProbeError {
+    Capture(CaptureError),
+    Output {
+        path: String,
+        source: std::io::Error,
+    },
+    Config(String),
+}
+
+impl fmt::Display for ProbeError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ProbeError::Capture(e) => e.fmt(f),
+            ProbeError::Output { path, source } => write!(f, "cannot write '{path}': {source}"),
+            ProbeError::Config(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for ProbeError {}
+
+impl From<CaptureError> for ProbeError {
+    fn from(e: CaptureError) -> Self {
+        ProbeError::Capture(e)
+    }
+}
+
+/// Everything a finished run counted.
+pub struct Summary {
+    pub total: ShardStats,
+    pub shards: Vec<ShardStats>,
+    /// Hosts merged across shards (a host talking to many peers lives in several shards);
+    /// empty unless [`ProbeConfig::collect_hosts`] was set.
+    pub hosts: Vec<Host>,
+    pub distinct_hosts: usize,
+    pub capture: CaptureDrops,
+    pub flows_written: u64,
+    pub elapsed: Duration,
+    /// A source error that ended the run early (e.g. a truncated file); what came before it was
+    /// processed and is in the counters.
+    pub error: Option<CaptureError>,
+}
+
+pub struct Probe {
+    shared: Vec<Arc<Shared>>,
+    stop: Arc<AtomicBool>,
+    shards: Vec<JoinHandle<ShardOutput>>,
+    reader: Option<JoinHandle<ShardStats>>,
+    sink: Option<JoinHandle<std::io::Result<u64>>>,
+    progress: Arc<AtomicU64>,
+    file_len: Option<u64>,
+    error: Arc<Mutex<Option<CaptureError>>>,
+    started: Instant,
+    deadline: Option<Instant>,
+}
+
+impl Probe {
+    /// Set to stop a live or synthetic run (Ctrl-C); files stop at their end.
+    pub fn stop_flag(&self) -> Arc<AtomicBool> {
+        self.stop.clone()
+    }
+
+    pub fn is_finished(&self) -> bool {
+        self.shards.iter().all(|h| h.is_finished())
+    }
+
+    /// Bytes of the input file read so far, and its size.
+    pub fn progress(&self) -> Option<(u64, u64)> {
+        self.file_len
+            .map(|len| (self.progress.load(Ordering::Relaxed), len))
+    }
+
+    /// Latest published counters of each shard.
+    pub fn shard_stats(&self) -> Vec<ShardStats> {
+        self.shared
+            .iter()
+            .map(|s| *s.stats.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+
+    pub fn capture_drops(&self) -> CaptureDrops {
+        let mut d = CaptureDrops::default();
+        for s in &self.shared {
+            let c = *s.capture.lock().unwrap_or_else(|e| e.into_inner());
+            d.received += c.received;
+            d.dropped += c.dropped;
+            d.if_dropped += c.if_dropped;
+        }
+        d
+    }
+
+    /// Copies of every live flow, taken by each shard between two batches.
+    pub fn snapshot_flows(&self) -> Vec<Flow> {
+        let mut all = Vec::new();
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Flows(tx)).is_ok() {
+                if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    all.append(&mut v);
+                }
+            }
+        }
+        all
+    }
+
+    /// Every live host, merged across shards.
+    pub fn snapshot_hosts(&self) -> Vec<Host> {
+        let mut parts = Vec::new();
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Hosts(tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    parts.push(v);
+                }
+            }
+        }
+        merge_hosts(parts)
+    }
+
+    /// Waits for the end of the input (or the stop flag, or `--duration`) and sums up.
+    pub fn join(mut self) -> Result<Summary, ProbeError> {
+        if let Some(deadline) = self.deadline {
+            while !self.is_finished() && !self.stop.load(Ordering::Relaxed) {
+                let now = Instant::now();
+                if now >= deadline {
+                    break;
+                }
+                std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+            }
+            self.stop.store(true, Ordering::Relaxed);
+        }
+        let reader_stats = self
+            .reader
+            .take()
+            .map(|h| h.join().expect("reader thread panicked"));
+        let mut outputs = Vec::new();
+        for h in self.shards.drain(..) {
+            outputs.push(h.join().expect("shard thread panicked"));
+        }
+        let mut total = ShardStats::default();
+        let mut capture = CaptureDrops::default();
+        let mut shards = Vec::new();
+        let mut host_parts = Vec::new();
+        let mut live_hosts = 0;
+        for o in outputs {
+            live_hosts += o.live_hosts;
+            total.merge(&o.stats);
+            shards.push(o.stats);
+            capture.received += o.capture.received;
+            capture.dropped += o.capture.dropped;
+            capture.if_dropped += o.capture.if_dropped;
+            host_parts.push(o.hosts);
+        }
+        if let Some(r) = reader_stats {
+            total.merge(&r);
+        }
+        // Shards hold only their share: counters that describe the whole run come from merging.
+        let hosts = merge_hosts(host_parts);
+        let distinct_hosts = if hosts.is_empty() {
+            live_hosts
+        } else {
+            hosts.len()
+        };
+        total.active_hosts = distinct_hosts as u64;
+        // All shard senders are gone now, so the sink ends once it has written everything.
+        let flows_written = match self.sink.take() {
+            Some(h) => h
+                .join()
+                .expect("sink thread panicked")
+                .map_err(|e| ProbeError::Output {
+                    path: "flows".into(),
+                    source: e,
+                })?,
+            None => 0,
+        };
+        let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
+        Ok(Summary {
+            total,
+            shards,
+            hosts,
+            distinct_hosts,
+            capture,
+            flows_written,
+            elapsed: self.started.elapsed(),
+            error,
+        })
+    }
+}
+
+fn merge_hosts(parts: Vec<Vec<Host>>) -> Vec<Host> {
+    if parts.iter().all(|p| p.is_empty()) {
+        return Vec::new();
+    }
+    if parts.len() == 1 {
+        return parts.into_iter().next().unwrap_or_default();
+    }
+    let mut map: HashMap<sonde_flow::host::HostKey, Host> = HashMap::new();
+    for h in parts.into_iter().flatten() {
+        map.entry(h.key)
+            .and_modify(|m| {
+                m.sent_pkts += h.sent_pkts;
+                m.sent_bytes += h.sent_bytes;
+                m.rcvd_pkts += h.rcvd_pkts;
+                m.rcvd_bytes += h.rcvd_bytes;
+                m.flows_as_client += h.flows_as_client;
+                m.flows_as_server += h.flows_as_server;
+                m.active_flows += h.active_flows;
+                m.first_ns = m.first_ns.min(h.first_ns);
+                m.last_ns = m.last_ns.max(h.last_ns);
+                if !m.has_mac && h.has_mac {
+                    m.mac = h.mac;
+                    m.has_mac = true;
+                }
+            })
+            .or_insert(h);
+    }
+    map.into_values().collect()
+}
+
+fn open_output(path: &std::path::Path) -> Result<Box<dyn Write + Send>, ProbeError> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::BufWriter::with_capacity(
+            1 << 16,
+            std::io::stdout(),
+        )));
+    }
+    let f = std::fs::File::create(path).map_err(|e| ProbeError::Output {
+        path: path.display().to_string(),
+        source: e,
+    })?;
+    Ok(Box::new(std::io::BufWriter::with_capacity(1 << 20, f)))
+}
+
+/// Opens the input (so bad files, interfaces and filters fail here, before any thread starts)
+/// and starts the shard, reader and sink threads.
+pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
+    let threads = cfg.threads;
+    if threads == 0 || threads > 1024 {
+        return Err(ProbeError::Config(format!(
+            "--threads must be between 1 and 1024, got {threads}"
+        )));
+    }
+    let per_shard = EngineConfig {
+        max_flows: cfg.engine.max_flows.div_ceil(threads),
+        max_hosts: cfg.engine.max_hosts.div_ceil(threads),
+        ..cfg.engine
+    };
+    let stop = Arc::new(AtomicBool::new(false));
+    let error = Arc::new(Mutex::new(None));
+    let progress = Arc::new(AtomicU64::new(0));
+
+    // Sink first: a bad output path is reported before reading anything.
+    let (sink_tx, sink) = match &cfg.flows_out {
+        Some((path, format)) => {
+            let out = open_output(path)?;
+            let (tx, rx) = bounded::<Vec<FlowRecord>>(64);
+            let format = *format;
+            let h = std::thread::Builder::new()
+                .name("sink".into())
+                .spawn(move || -> std::io::Result<u64> {
+                    let mut w = FlowWriter::new(out, format);
+                    for batch in rx {
+                        for r in &batch {
+                            w.write(r)?;
+                        }
+                    }
+                    w.flush()?;
+                    Ok(w.written())
+                })
+                .map_err(|e| ProbeError::Config(format!("cannot start the sink thread: {e}")))?;
+            (Some(tx), Some(h))
+        }
+        None => (None, None),
+    };
+
+    let mut ctxs = Vec::new();
+    let mut shared = Vec::new();
+    for _ in 0..threads {
+        let (req_tx, req_rx) = bounded(16);
+        let sh = Arc::new(Shared {
+            stats: Mutex::new(ShardStats::default()),
+            capture: Mutex::new(CaptureDrops::default()),
+            requests: req_tx,
+        });
+        shared.push(sh.clone());
+        ctxs.push(ShardCtx {
+            engine: Engine::new(per_shard),
+            shared: sh,
+            requests: req_rx,
+            sink: sink_tx.clone(),
+            stop: stop.clone(),
+            records: Vec::new(),
+            host_output: if cfg.collect_hosts {
+                shard::HostOutput::Full
+            } else if threads > 1 {
+                shard::HostOutput::Keys
+            } else {
+                shard::HostOutput::CountOnly
+            },
+        });
+    }
+    drop(sink_tx);
+
+    let spawn = |name: String,
+                 f: Box<dyn FnOnce() -> ShardOutput + Send>|
+     -> Result<JoinHandle<ShardOutput>, ProbeError> {
+        std::thread::Builder::new()
+            .name(name)
+            .spawn(f)
+            .map_err(|e| ProbeError::Config(format!("cannot start a shard thread: {e}")))
+    };
+
+    let mut shard_handles = Vec::new();
+    let mut reader = None;
+    let mut file_len = None;
+    let mut deadline = cfg.duration.map(|d| Instant::now() + d);
+    match &cfg.input {
+        Input::File(path) => {
+            let src = FileSource::open(path)?;
+            file_len = Some(src.progress().1);
+            let first_filter = match (&cfg.filter, src.link_type()) {
+                (Some(expr), Some(link)) => Some((link, OfflineFilter::compile(expr, link)?)),
+                (Some(expr), None) => {
+                    // pcapng before its first interface block: check the syntax on Ethernet.
+                    OfflineFilter::compile(expr, sonde_wire::LinkType::Ethernet)?;
+                    None
+                }
+                _ => None,
+            };
+            let filters = Filters::new(cfg.filter.clone(), first_filter);
+            let pacer = (cfg.replay == Replay::Realtime).then(Pacer::new);
+            deadline = None;
+            if threads == 1 {
+                let ctx = ctxs.pop().expect("one shard");
+                let (progress, error) = (progress.clone(), error.clone());
+                shard_handles.push(spawn(
+                    "shard0".into(),
+                    Box::new(move || shard::run_file(ctx, src, filters, pacer, progress, error)),
+                )?);
+            } else {
+                let mut txs = Vec::new();
+                let (recycle_tx, recycle_rx) = bounded::<DecodedBatch>(threads * 8);
+                for (i, ctx) in ctxs.drain(..).enumerate() {
+                    let (tx, rx) = bounded::<DecodedBatch>(8);
+                    txs.push(tx);
+                    let recycle = recycle_tx.clone();
+                    shard_handles.push(spawn(
+                        format!("shard{i}"),
+                        Box::new(move || shard::run_decoded(ctx, rx, recycle)),
+                    )?);
+                }
+                let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
+                reader = Some(
+                    std::thread::Builder::new()
+                        .name("reader".into())
+                        .spawn(move || {
+                            read_and_dispatch(
+                                src, filters, pacer, txs, recycle_rx, progress, error, stop,
+                            )
+                        })
+                        .map_err(|e| {
+                            ProbeError::Config(format!("cannot start the reader thread: {e}"))
+                        })?,
+                );
+            }
+        }
+        Input::Live(name) => {
+            let group = (threads > 1).then(|| (std::process::id() & 0xffff) as u16);
+            let mut sources = Vec::new();
+            for _ in 0..threads {
+                let mut lc = LiveConfig::new(name);
+                lc.filter = cfg.filter.clone();
+                lc.fanout_group = group;
+                sources.push(LiveSource::open(lc)?);
+            }
+            for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
+                shard_handles.push(spawn(
+                    format!("shard{i}"),
+                    Box::new(move || shard::run_live(ctx, src)),
+                )?);
+            }
+        }
+        Input::Synthetic(spec) => {
+            if cfg.filter.is_some() {
+                return Err(ProbeError::Config(
+                    "-f/--filter does not apply to --synthetic traffic".into(),
+                ));
+            }
+            for (i, ctx) in ctxs.drain(..).enumerate() {
+                let src = SyntheticSource::new(spec.clone(), i as u32, threads as u32);
+                shard_handles.push(spawn(
+                    format!("shard{i}"),
+                    Box::new(move || shard::run_synthetic(ctx, src)),
+                )?);
+            }
+        }
+    }
+    Ok(Probe {
+        shared,
+        stop,
+        shards: shard_handles,
+        reader,
+        sink,
+        progress,
+        file_len,
+        error,
+        started: Instant::now(),
+        deadline,
+    })
+}
+
+const DISPATCH_BATCH: usize = 256;
+
+/// The reader of a multi-shard file run: decodes every frame once, picks the shard from the
+/// symmetric flow hash, and hands shards full batches.
+#[allow(clippy::too_many_arguments)]
+fn read_and_dispatch(
+    mut src: FileSource,
+    mut filters: Filters,
+    mut pacer: Option<Pacer>,
+    txs: Vec<Sender<DecodedBatch>>,
+    recycle: crossbeam_channel::Receiver<DecodedBatch>,
+    progress: Arc<AtomicU64>,
+    error: Arc<Mutex<Option<CaptureError>>>,
+    stop: Arc<AtomicBool>,
+) -> ShardStats {
+    let n = txs.len() as u64;
+    let mut stats = ShardStats::default();
+    let mut decoder = Decoder::default();
+    let new_batch = || DecodedBatch {
+        pkts: Vec::with_capacity(DISPATCH_BATCH),
+        ts: Vec::with_capacity(DISPATCH_BATCH),
+    };
+    let mut batches: Vec<DecodedBatch> = (0..n).map(|_| new_batch()).collect();
+    let mut d = Decoded::default();
+    let mut count: u64 = 0;
+    let send = |batches: &mut Vec<DecodedBatch>, i: usize| {
+        let fresh = recycle.try_recv().unwrap_or_else(|_| new_batch());
+        let full = std::mem::replace(&mut batches[i], fresh);
+        let _ = txs[i].send(full);
+    };
+    loop {
+        match src.next_frame() {
+            Ok(Some((link, f))) => {
+                stats.packets += 1;
+                stats.wire_bytes += f.wire_len as u64;
+                if !filters.accepts(link, f.data) {
+                    stats.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                    continue;
+                }
+                if let Some(p) = pacer.as_mut() {
+                    if let Some(wait) = p.due_in(f.ts_ns) {
+                        for i in 0..batches.len() {
+                            if !batches[i].pkts.is_empty() {
+                                send(&mut batches, i);
+                            }
+                        }
+                        std::thread::sleep(wait);
+                    }
+                }
+                match decoder.decode(link, f.ts_ns, f.data, f.wire_len, &mut d) {
+                    Ok(Outcome::Ip) => {
+                        let (key, _) = FlowKey::from_packet(&d);
+                        let shard = ((key.hash() >> 32) % n) as usize;
+                        let b = &mut batches[shard];
+                        b.pkts.push(d);
+                        b.ts.push(f.ts_ns);
+                        if b.pkts.len() == DISPATCH_BATCH {
+                            send(&mut batches, shard);
+                        }
+                    }
+                    Ok(Outcome::NonIp) => stats.non_ip += 1,
+                    Err(m) => stats.malformed[m as usize] += 1,
+                }
+                count += 1;
+                if count.is_multiple_of(65_536) {
+                    progress.store(src.progress().0, Ordering::Relaxed);
+                    if stop.load(Ordering::Relaxed) {
+                        break;
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                break;
+            }
+        }
+    }
+    for i in 0..batches.len() {
+        if !batches[i].pkts.is_empty() {
+            send(&mut batches, i);
+        }
+    }
+    progress.store(src.progress().0, Ordering::Relaxed);
+    stats.fragments = decoder.counters.fragments;
+    stats.fragments_unmatched = decoder.counters.fragments_unmatched;
+    stats.tunneled = decoder.counters.tunneled;
+    stats
+}

@@ -1,0 +1,362 @@
+//! The loops that run on shard threads, and what they share with the rest of the probe.
+
+use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
+use sonde_flow::{EndReason, Engine, Flow, FlowRecord, Host, PacketRef, ShardStats};
+use sonde_wire::{Decoded, LinkType};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+
+/// Work between two housekeeping points of a shard loop (stats publish, record drain, requests).
+pub(crate) const HOUSEKEEPING_PACKETS: u64 = 4096;
+
+pub(crate) enum Request {
+    Flows(Sender<Vec<Flow>>),
+    Hosts(Sender<Vec<Host>>),
+}
+
+/// What a shard publishes for readers on other threads.
+pub(crate) struct Shared {
+    pub stats: Mutex<ShardStats>,
+    pub capture: Mutex<CaptureDrops>,
+    pub requests: Sender<Request>,
+}
+
+/// Decoded packets handed from the file reader to a shard.
+pub(crate) struct DecodedBatch {
+    pub pkts: Vec<Decoded>,
+    pub ts: Vec<u64>,
+}
+
+pub(crate) struct ShardOutput {
+    pub stats: ShardStats,
+    pub hosts: Vec<Host>,
+    pub live_hosts: usize,
+    pub capture: CaptureDrops,
+}
+
+/// What a shard hands back about its hosts at the end of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum HostOutput {
+    /// Every host with its counters (for `--hosts-out`).
+    Full,
+    /// Keys only: enough to count distinct hosts across shards.
+    Keys,
+    /// Nothing: a single shard's count is exact on its own.
+    CountOnly,
+}
+
+/// The parts every shard loop uses: its engine, its links to the sink and to readers.
+pub(crate) struct ShardCtx {
+    pub engine: Engine,
+    pub shared: Arc<Shared>,
+    pub requests: Receiver<Request>,
+    pub sink: Option<Sender<Vec<FlowRecord>>>,
+    pub stop: Arc<AtomicBool>,
+    pub records: Vec<FlowRecord>,
+    pub host_output: HostOutput,
+}
+
+impl ShardCtx {
+    /// Publishes stats, hands expired records to the sink and answers snapshot requests.
+    pub fn housekeeping(&mut self) {
+        self.drain();
+        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.engine.stats();
+        loop {
+            match self.requests.try_recv() {
+                Ok(Request::Flows(reply)) => {
+                    let _ = reply.send(self.engine.snapshot_flows());
+                }
+                Ok(Request::Hosts(reply)) => {
+                    let _ = reply.send(self.engine.hosts().iter().copied().collect());
+                }
+                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+            }
+        }
+    }
+
+    fn drain(&mut self) {
+        if self.engine.expired_len() == 0 {
+            return;
+        }
+        self.engine.take_expired(&mut self.records);
+        match &self.sink {
+            // Blocks when the sink is behind: a flow file must lose nothing.
+            Some(tx) => {
+                let batch = std::mem::take(&mut self.records);
+                if tx.send(batch).is_err() {
+                    self.sink = None;
+                }
+            }
+            None => self.records.clear(),
+        }
+    }
+
+    pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
+        // In chunks, so the records of a large table never sit in memory all at once.
+        while self.engine.flush_some(EndReason::EndOfCapture, 1 << 16) > 0 {
+            self.housekeeping();
+        }
+        self.housekeeping();
+        let hosts = match self.host_output {
+            HostOutput::Full => self.engine.hosts().iter().copied().collect(),
+            HostOutput::Keys => self
+                .engine
+                .hosts()
+                .iter()
+                .map(|h| Host {
+                    key: h.key,
+                    ..Host::default()
+                })
+                .collect(),
+            HostOutput::CountOnly => Vec::new(),
+        };
+        let live_hosts = self.engine.live_hosts();
+        ShardOutput {
+            stats: self.engine.stats(),
+            hosts,
+            live_hosts,
+            capture,
+        }
+    }
+
+    pub fn stopped(&self) -> bool {
+        self.stop.load(Ordering::Relaxed)
+    }
+}
+
+pub(crate) fn wall_ns() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map(|d| d.as_nanos() as u64)
+        .unwrap_or(0)
+}
+
+/// Offline BPF filters, one per link type met in the file (pcapng may mix them).
+pub(crate) struct Filters {
+    expr: Option<String>,
+    compiled: Vec<(LinkType, OfflineFilter)>,
+}
+
+impl Filters {
+    pub fn new(expr: Option<String>, first: Option<(LinkType, OfflineFilter)>) -> Filters {
+        Filters {
+            expr,
+            compiled: first.into_iter().collect(),
+        }
+    }
+
+    #[inline]
+    pub fn accepts(&mut self, link: LinkType, data: &[u8]) -> bool {
+        let Some(expr) = &self.expr else { return true };
+        if let Some((_, f)) = self.compiled.iter().find(|(l, _)| *l == link) {
+            return f.matches(data);
+        }
+        match OfflineFilter::compile(expr, link) {
+            Ok(f) => {
+                let ok = f.matches(data);
+                self.compiled.push((link, f));
+                ok
+            }
+            // The expression compiled for the first link type; one that cannot apply to
+            // another link type matches nothing there, as in tcpdump.
+            Err(_) => false,
+        }
+    }
+}
+
+/// Paces a file by its timestamps (`--replay realtime`).
+pub(crate) struct Pacer {
+    start_wall: Instant,
+    first_ts: Option<u64>,
+}
+
+impl Pacer {
+    pub fn new() -> Pacer {
+        Pacer {
+            start_wall: Instant::now(),
+            first_ts: None,
+        }
+    }
+
+    /// Returns how long to sleep before the packet with `ts_ns` is due.
+    pub fn due_in(&mut self, ts_ns: u64) -> Option<Duration> {
+        let first = *self.first_ts.get_or_insert(ts_ns);
+        let offset = Duration::from_nanos(ts_ns.saturating_sub(first));
+        let elapsed = self.start_wall.elapsed();
+        (offset > elapsed + Duration::from_millis(1)).then(|| offset - elapsed)
+    }
+}
+
+/// One shard reading a file itself (single-shard runs).
+pub(crate) fn run_file(
+    mut ctx: ShardCtx,
+    mut src: FileSource,
+    mut filters: Filters,
+    mut pacer: Option<Pacer>,
+    progress: Arc<AtomicU64>,
+    error: Arc<Mutex<Option<sonde_capture::CaptureError>>>,
+) -> ShardOutput {
+    let mut ingress = ShardStats::default();
+    let mut n: u64 = 0;
+    loop {
+        match src.next_frame() {
+            Ok(Some((link, f))) => {
+                if !filters.accepts(link, f.data) {
+                    ingress.packets += 1;
+                    ingress.wire_bytes += f.wire_len as u64;
+                    ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                    continue;
+                }
+                if let Some(p) = pacer.as_mut() {
+                    if let Some(wait) = p.due_in(f.ts_ns) {
+                        // Flush first, so what was seen is visible while we wait.
+                        let (ts, wl, data) = (f.ts_ns, f.wire_len, f.data.to_vec());
+                        ctx.engine.flush_batch();
+                        ctx.housekeeping();
+                        sleep_unless_stopped(wait, &ctx.stop);
+                        ctx.engine.push_frame(
+                            link,
+                            PacketRef {
+                                ts_ns: ts,
+                                wire_len: wl,
+                                data: &data,
+                            },
+                        );
+                        n += 1;
+                        continue;
+                    }
+                }
+                ctx.engine.push_frame(
+                    link,
+                    PacketRef {
+                        ts_ns: f.ts_ns,
+                        wire_len: f.wire_len,
+                        data: f.data,
+                    },
+                );
+                n += 1;
+                if n.is_multiple_of(HOUSEKEEPING_PACKETS) {
+                    ctx.engine.flush_batch();
+                    ctx.housekeeping();
+                    progress.store(src.progress().0, Ordering::Relaxed);
+                    if ctx.stopped() {
+                        break;
+                    }
+                }
+            }
+            Ok(None) => break,
+            Err(e) => {
+                *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                break;
+            }
+        }
+    }
+    progress.store(src.progress().0, Ordering::Relaxed);
+    let mut out = ctx.finish(CaptureDrops::default());
+    out.stats.merge(&ingress);
+    out
+}
+
+fn sleep_unless_stopped(total: Duration, stop: &AtomicBool) {
+    let deadline = Instant::now() + total;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// A shard fed decoded batches by the file reader (multi-shard file runs).
+pub(crate) fn run_decoded(
+    mut ctx: ShardCtx,
+    rx: Receiver<DecodedBatch>,
+    recycle: Sender<DecodedBatch>,
+) -> ShardOutput {
+    while let Ok(mut batch) = rx.recv() {
+        ctx.engine.process_decoded(&batch.pkts, &batch.ts);
+        batch.pkts.clear();
+        batch.ts.clear();
+        let _ = recycle.try_send(batch);
+        ctx.housekeeping();
+    }
+    ctx.finish(CaptureDrops::default())
+}
+
+/// A shard capturing from its own libpcap handle (a fanout member when there are several).
+pub(crate) fn run_live(mut ctx: ShardCtx, mut src: LiveSource) -> ShardOutput {
+    let link = src.link_type();
+    let mut n: u64 = 0;
+    let mut last_housekeeping = Instant::now();
+    while !ctx.stopped() {
+        match src.next_frame() {
+            Ok(Some(f)) => {
+                ctx.engine.push_frame(
+                    link,
+                    PacketRef {
+                        ts_ns: f.ts_ns,
+                        wire_len: f.wire_len,
+                        data: f.data,
+                    },
+                );
+                n += 1;
+                if n.is_multiple_of(HOUSEKEEPING_PACKETS)
+                    || last_housekeeping.elapsed() > Duration::from_millis(200)
+                {
+                    ctx.engine.flush_batch();
+                    ctx.housekeeping();
+                    *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = src.drops();
+                    last_housekeeping = Instant::now();
+                }
+            }
+            Ok(None) => {
+                // Idle link: account what we have, let flows time out by the wall clock.
+                ctx.engine.flush_batch();
+                ctx.engine.tick_if_due(wall_ns());
+                ctx.housekeeping();
+                *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = src.drops();
+                last_housekeeping = Instant::now();
+                src.wait();
+            }
+            Err(e) => {
+                eprintln!("sonde: error: {e}");
+                break;
+            }
+        }
+    }
+    let drops = src.drops();
+    ctx.finish(drops)
+}
+
+/// A shard generating its own synthetic traffic (Cento's dummy interface).
+pub(crate) fn run_synthetic(mut ctx: ShardCtx, mut src: SyntheticSource) -> ShardOutput {
+    let mut ts = wall_ns();
+    let mut n: u64 = 0;
+    'outer: loop {
+        // The clock is read once per 256 packets, like a NIC batch timestamp.
+        for _ in 0..256 {
+            let Some(f) = src.next(ts) else { break 'outer };
+            ctx.engine.push_frame(
+                LinkType::Ethernet,
+                PacketRef {
+                    ts_ns: f.ts_ns,
+                    wire_len: f.wire_len,
+                    data: f.data,
+                },
+            );
+        }
+        n += 256;
+        ts = wall_ns();
+        if n.is_multiple_of(HOUSEKEEPING_PACKETS * 16) {
+            ctx.engine.flush_batch();
+            ctx.housekeeping();
+            if ctx.stopped() {
+                break;
+            }
+        }
+    }
+    ctx.finish(CaptureDrops::default())
+}
