@@ -60,6 +60,8 @@ pub struct PacketRef<'a> {
 }
 
 const BATCH: usize = 32;
+/// Below this many flows (about 1.5 MiB of entries) the table stays in cache: no prefetch pass.
+const PREFETCH_MIN_FLOWS: usize = 8192;
 const NO_SLOT: u32 = u32::MAX;
 const HOST_PURGE_EVERY_TICKS: u64 = 10;
 
@@ -81,6 +83,14 @@ pub struct Engine {
     decoded: Option<Box<[Decoded; BATCH]>>,
     ts: [u64; BATCH],
     pending: usize,
+    scratch: Option<Box<BatchScratch>>,
+}
+
+/// Per-batch working arrays of [`Engine::account`], kept between batches.
+struct BatchScratch {
+    keys: [FlowKey; BATCH],
+    dirs: [Dir; BATCH],
+    tags: [u32; BATCH],
 }
 
 impl Engine {
@@ -102,6 +112,11 @@ impl Engine {
             decoded: Some(Box::new([Decoded::default(); BATCH])),
             ts: [0; BATCH],
             pending: 0,
+            scratch: Some(Box::new(BatchScratch {
+                keys: [FlowKey::default(); BATCH],
+                dirs: [0; BATCH],
+                tags: [0; BATCH],
+            })),
             decoder: Decoder::default(),
             cfg: EngineConfig { max_flows, ..cfg },
         }
@@ -197,10 +212,44 @@ impl Engine {
         if n == 0 {
             return;
         }
-        let mut keys = [FlowKey::default(); BATCH];
-        let mut dirs = [0 as Dir; BATCH];
-        let mut tags = [0u32; BATCH];
-        let mut slots = [NO_SLOT; BATCH];
+        if self.live_flows + n > self.cfg.max_flows {
+            self.make_room(n);
+        }
+        self.index.reserve(n);
+        if self.live_flows <= PREFETCH_MIN_FLOWS {
+            // The table is in cache: one pass, no arrays to fill.
+            for (p, &t) in pkts.iter().zip(ts) {
+                let (key, dir) = FlowKey::from_packet(p);
+                let tag = key.hash() as u32;
+                let slot = self.lookup_or_create(&key, tag, dir, p, t);
+                self.update(slot, dir, p, t);
+            }
+        } else {
+            self.account_prefetching(pkts, ts);
+        }
+        let newest = ts[..n].iter().copied().max().unwrap_or(0);
+        if newest > self.now_ns {
+            self.now_ns = newest;
+        }
+    }
+
+    #[inline(always)]
+    fn update(&mut self, slot: u32, dir: Dir, p: &Decoded, ts_ns: u64) {
+        if slot == NO_SLOT {
+            self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
+            return;
+        }
+        self.flows[slot as usize].update(dir, p, ts_ns);
+        self.stats.ip_packets += 1;
+        self.stats.ip_bytes += p.ip_len as u64;
+    }
+
+    /// A large table: three passes so memory latency overlaps across the batch.
+    fn account_prefetching(&mut self, pkts: &[Decoded], ts: &[u64]) {
+        let n = pkts.len();
+        // Scratch lives in the engine: no per-batch initialisation.
+        let mut scratch = self.scratch.take().expect("scratch present");
+        let BatchScratch { keys, dirs, tags } = &mut *scratch;
         // Pass 1: canonical keys and hashes; prefetch index slots.
         for i in 0..n {
             let (k, d) = FlowKey::from_packet(&pkts[i]);
@@ -209,10 +258,6 @@ impl Engine {
             tags[i] = k.hash() as u32;
             self.index.prefetch(tags[i]);
         }
-        if self.live_flows + n > self.cfg.max_flows {
-            self.make_room(n);
-        }
-        self.index.reserve(n);
         // Pass 2: prefetch the first candidate entry of each packet.
         for &tag in &tags[..n] {
             if let Some(slot) = self.peek(tag) {
@@ -221,21 +266,10 @@ impl Engine {
         }
         // Pass 3: find or create, then update.
         for i in 0..n {
-            let t = ts[i];
-            let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], t);
-            slots[i] = slot;
-            if slot == NO_SLOT {
-                self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
-                continue;
-            }
-            self.flows[slot as usize].update(dirs[i], &pkts[i], t);
-            self.stats.ip_packets += 1;
-            self.stats.ip_bytes += pkts[i].ip_len as u64;
+            let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], ts[i]);
+            self.update(slot, dirs[i], &pkts[i], ts[i]);
         }
-        let newest = ts[..n].iter().copied().max().unwrap_or(0);
-        if newest > self.now_ns {
-            self.now_ns = newest;
-        }
+        self.scratch = Some(scratch);
     }
 
     #[inline(always)]

@@ -58,7 +58,9 @@ impl FlowKey {
     /// Builds the canonical key of a decoded packet and the packet's direction.
     #[inline(always)]
     pub fn from_packet(d: &Decoded) -> (FlowKey, Dir) {
-        let src_first = (d.src, d.sport) <= (d.dst, d.dport);
+        // Compared as big-endian integers: the same order as comparing the byte arrays.
+        let (s, t) = (u128::from_be_bytes(d.src), u128::from_be_bytes(d.dst));
+        let src_first = s < t || (s == t && d.sport <= d.dport);
         let (a, pa, b, pb, dir) = if src_first {
             (d.src, d.sport, d.dst, d.dport, 0)
         } else {

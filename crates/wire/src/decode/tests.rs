@@ -454,3 +454,76 @@ fn never_panics_on_prefixes_and_bit_flips() {
         }
     }
 }
+
+/// The fast path must produce exactly what the general decoder produces, on valid frames and on
+/// every single-byte mutation of them.
+#[test]
+fn fast_path_matches_general_decoder() {
+    let frames = vec![
+        eth(
+            0x0800,
+            &ipv4(
+                6,
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0,
+                1,
+                &tcp(1234, 80, 7, 0x12, b"hello"),
+            ),
+        ),
+        eth(
+            0x0800,
+            &ipv4(
+                17,
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0,
+                1,
+                &udp(53, 5353, b"query"),
+            ),
+        ),
+        eth(
+            0x0800,
+            &ipv4(
+                17,
+                [10, 0, 0, 1],
+                [10, 0, 0, 2],
+                0,
+                1,
+                &udp(5555, 4789, &[8, 0, 0, 0, 0, 0, 1, 0]),
+            ),
+        ),
+    ];
+    let mut fast = Decoder::default();
+    let mut general = Decoder::default();
+    let mut seed = 7u32;
+    let mut checked = 0;
+    for f in &frames {
+        let mut variants = vec![f.clone()];
+        for i in 0..f.len() {
+            for _ in 0..4 {
+                seed ^= seed << 13;
+                seed ^= seed >> 17;
+                seed ^= seed << 5;
+                let mut g = f.clone();
+                g[i] = seed as u8;
+                variants.push(g);
+            }
+        }
+        variants.push(f[..40].to_vec());
+        for g in variants {
+            for wire in [g.len() as u32, g.len() as u32 + 100] {
+                let mut a = Decoded::default();
+                let mut b = Decoded::default();
+                let ra = fast.decode(LinkType::Ethernet, 0, &g, wire, &mut a);
+                let rb = general.decode_general(LinkType::Ethernet, 0, &g, wire, &mut b);
+                assert_eq!(ra, rb, "frame {g:02x?}");
+                if ra.is_ok() {
+                    assert_eq!(a, b, "frame {g:02x?}");
+                }
+                checked += 1;
+            }
+        }
+    }
+    assert!(checked > 1000);
+}

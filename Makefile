@@ -1,0 +1,41 @@
+# sonde: the two entry points are `make run` and `make test` (see README.md).
+SHELL := /bin/bash
+CARGO ?= cargo
+SONDE := target/release/sonde
+SAMPLE := samples/loopback-http-dns.pcapng
+
+.PHONY: setup build run test test-unit test-system bench bench-quick lint fmt
+
+setup:
+	scripts/setup.sh
+
+build: setup
+	$(CARGO) build --release -p sonde
+
+# The main job on the embedded default: sonde replays the bundled capture at its real pace,
+# printing a stats line per second and every flow as JSON when it ends.
+run: build
+	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --flows-out - --stats-json -
+
+test: setup
+	scripts/setup-test-deps.sh
+	$(CARGO) build --release -p sonde
+	$(CARGO) test --workspace
+	python3 -m pytest tests/system -q
+
+bench: setup
+	scripts/setup-bench-deps.sh
+	$(CARGO) build --release -p sonde -p sonde-bench
+	target/release/sonde-bench --out bench-results.md
+
+bench-quick: setup
+	scripts/setup-bench-deps.sh
+	$(CARGO) build --release -p sonde -p sonde-bench
+	target/release/sonde-bench --quick --out bench-results-quick.md
+
+lint:
+	$(CARGO) fmt --all -- --check
+	$(CARGO) clippy --workspace --all-targets -- -D warnings
+
+fmt:
+	$(CARGO) fmt --all
