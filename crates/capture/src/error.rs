@@ -11,6 +11,11 @@ pub enum CaptureError {
         path: PathBuf,
         source: std::io::Error,
     },
+    /// The file has no bytes at all (or fewer than a capture header).
+    Empty {
+        path: PathBuf,
+        len: u64,
+    },
     /// The file does not start with a pcap or pcapng magic number.
     NotACapture {
         path: PathBuf,
@@ -67,6 +72,12 @@ impl fmt::Display for CaptureError {
                 }
                 _ => write!(f, "cannot read '{}': {}", path.display(), source),
             },
+            CaptureError::Empty { path, len } => write!(
+                f,
+                "'{}' is empty ({} bytes): it holds no capture header and no packets",
+                path.display(),
+                len
+            ),
             CaptureError::NotACapture { path, magic } => write!(
                 f,
                 "'{}' is not a pcap or pcapng file (it starts with bytes {:02x} {:02x} {:02x} {:02x}); \

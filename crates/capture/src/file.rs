@@ -84,11 +84,9 @@ impl FileSource {
         };
         let have = src.fill(4)?;
         if have < 4 {
-            let mut magic = [0u8; 4];
-            magic[..have].copy_from_slice(&src.buf[..have]);
-            return Err(CaptureError::NotACapture {
+            return Err(CaptureError::Empty {
                 path: src.path.clone(),
-                magic,
+                len: have as u64,
             });
         }
         let magic = [src.buf[0], src.buf[1], src.buf[2], src.buf[3]];
@@ -541,7 +539,7 @@ mod tests {
         std::fs::write(&e, b"").unwrap();
         assert!(matches!(
             FileSource::open(&e),
-            Err(CaptureError::NotACapture { .. })
+            Err(CaptureError::Empty { len: 0, .. })
         ));
         let missing = FileSource::open(Path::new("/nonexistent/x.pcap"))
             .err()

@@ -286,7 +286,7 @@ pub fn host_json(line: &mut String, h: &Host) {
     }
     let _ = writeln!(
         line,
-        ",\"SENT_PKTS\":{},\"SENT_BYTES\":{},\"RCVD_PKTS\":{},\"RCVD_BYTES\":{},\"FLOWS_AS_CLIENT\":{},\"FLOWS_AS_SERVER\":{},\"FIRST_SEEN\":{},\"LAST_SEEN\":{}}}",
+        ",\"SENT_PKTS\":{},\"SENT_BYTES\":{},\"RCVD_PKTS\":{},\"RCVD_BYTES\":{},\"FLOWS_AS_CLIENT\":{},\"FLOWS_AS_SERVER\":{},\"FIRST_SEEN\":{},\"LAST_SEEN\":{},\"PURGED\":{}}}",
         h.sent_pkts,
         h.sent_bytes,
         h.rcvd_pkts,
@@ -294,7 +294,9 @@ pub fn host_json(line: &mut String, h: &Host) {
         h.flows_as_client,
         h.flows_as_server,
         h.first_ns / 1_000_000_000,
-        h.last_ns / 1_000_000_000
+        h.last_ns / 1_000_000_000,
+        // A purged host's record is final; it may come back later as a new record.
+        !h.live
     );
 }
 

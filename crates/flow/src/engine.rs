@@ -7,7 +7,7 @@
 //! time, so reading a file gives the same result however fast it is read.
 
 use crate::flow::{EndReason, Flow, FlowRecord, NO_HOST};
-use crate::host::{HostKey, HostTable};
+use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
@@ -34,6 +34,8 @@ pub struct EngineConfig {
     pub host_idle_timeout_ns: u64,
     pub full_policy: FullPolicy,
     pub tick_ns: u64,
+    /// Keep the counters of purged hosts for [`Engine::take_purged_hosts`] (a host report).
+    pub report_purged_hosts: bool,
 }
 
 impl Default for EngineConfig {
@@ -47,6 +49,7 @@ impl Default for EngineConfig {
             host_idle_timeout_ns: 300_000_000_000,
             full_policy: FullPolicy::EvictIdle,
             tick_ns: 1_000_000_000,
+            report_purged_hosts: false,
         }
     }
 }
@@ -75,6 +78,7 @@ pub struct Engine {
     hosts: HostTable,
     stats: ShardStats,
     expired: Vec<FlowRecord>,
+    purged_hosts: Vec<Host>,
     now_ns: u64,
     next_tick_ns: u64,
     ticks: u64,
@@ -105,6 +109,7 @@ impl Engine {
             hosts: HostTable::new(cfg.max_hosts.max(1)),
             stats: ShardStats::default(),
             expired: Vec::new(),
+            purged_hosts: Vec::new(),
             now_ns: 0,
             next_tick_ns: 0,
             ticks: 0,
@@ -469,9 +474,10 @@ impl Engine {
         }
         self.ticks += 1;
         if self.ticks.is_multiple_of(HOST_PURGE_EVERY_TICKS) {
+            let out = cfg.report_purged_hosts.then_some(&mut self.purged_hosts);
             let purged = self
                 .hosts
-                .purge(now.saturating_sub(cfg.host_idle_timeout_ns));
+                .purge(now.saturating_sub(cfg.host_idle_timeout_ns), out);
             self.stats.hosts_purged += purged;
         }
         self.next_tick_ns = (now / cfg.tick_ns + 1) * cfg.tick_ns;
@@ -536,6 +542,12 @@ impl Engine {
         } else {
             into.append(&mut self.expired);
         }
+    }
+
+    /// Hosts purged since the last call, with their final counters (only with
+    /// [`EngineConfig::report_purged_hosts`]).
+    pub fn take_purged_hosts(&mut self) -> Vec<Host> {
+        std::mem::take(&mut self.purged_hosts)
     }
 
     pub fn expired_len(&self) -> usize {

@@ -145,12 +145,16 @@ impl HostTable {
         self.hosts.get(slot as usize).filter(|h| h.live)
     }
 
-    /// Removes hosts that have no flow and were last seen before `idle_before_ns`.
-    pub fn purge(&mut self, idle_before_ns: u64) -> u64 {
+    /// Removes hosts that have no flow and were last seen before `idle_before_ns`; with
+    /// `out`, their final counters are appended to it (so a host report loses nothing).
+    pub fn purge(&mut self, idle_before_ns: u64, mut out: Option<&mut Vec<Host>>) -> u64 {
         let mut purged = 0;
         for slot in 0..self.hosts.len() {
             let h = self.hosts[slot];
             if h.live && h.active_flows == 0 && h.last_ns < idle_before_ns {
+                if let Some(out) = out.as_deref_mut() {
+                    out.push(Host { live: false, ..h });
+                }
                 self.index.remove(h.key.hash32(), slot as u32);
                 self.hosts[slot].live = false;
                 self.free.push(slot as u32);

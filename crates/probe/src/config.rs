@@ -31,8 +31,9 @@ pub struct ProbeConfig {
     pub flows_out: Option<(PathBuf, Format)>,
     /// Stop a live or synthetic run after this long.
     pub duration: Option<Duration>,
-    /// Return every host with its counters in the summary (costs a copy of the host tables).
-    pub collect_hosts: bool,
+    /// Where host records go as JSON lines (`-` for standard output): one per host when it is
+    /// purged (idle and flowless), then every remaining host, merged across shards, at the end.
+    pub hosts_out: Option<PathBuf>,
 }
 
 impl ProbeConfig {
@@ -45,7 +46,7 @@ impl ProbeConfig {
             engine: EngineConfig::default(),
             flows_out: None,
             duration: None,
-            collect_hosts: false,
+            hosts_out: None,
         }
     }
 }

@@ -6,7 +6,7 @@ use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
 };
-use sonde_export::FlowWriter;
+use sonde_export::{host_json, FlowWriter};
 use sonde_flow::{Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
 use sonde_wire::{Decoded, Decoder, Outcome};
 use std::collections::HashMap;
@@ -49,10 +49,9 @@ impl From<CaptureError> for ProbeError {
 pub struct Summary {
     pub total: ShardStats,
     pub shards: Vec<ShardStats>,
-    /// Hosts merged across shards (a host talking to many peers lives in several shards);
-    /// empty unless [`ProbeConfig::collect_hosts`] was set.
-    pub hosts: Vec<Host>,
     pub distinct_hosts: usize,
+    /// Host records written to [`ProbeConfig::hosts_out`] (purged ones and the final ones).
+    pub hosts_written: u64,
     pub capture: CaptureDrops,
     pub flows_written: u64,
     pub elapsed: Duration,
@@ -61,12 +60,16 @@ pub struct Summary {
     pub error: Option<CaptureError>,
 }
 
+/// The `--hosts-out` writer thread and the probe's own sender for the final hosts.
+type HostSink = (Sender<Vec<Host>>, JoinHandle<std::io::Result<u64>>);
+
 pub struct Probe {
     shared: Vec<Arc<Shared>>,
     stop: Arc<AtomicBool>,
     shards: Vec<JoinHandle<ShardOutput>>,
     reader: Option<JoinHandle<ShardStats>>,
     sink: Option<JoinHandle<std::io::Result<u64>>>,
+    host_sink: Option<HostSink>,
     progress: Arc<AtomicU64>,
     file_len: Option<u64>,
     error: Arc<Mutex<Option<CaptureError>>>,
@@ -182,6 +185,24 @@ impl Probe {
             hosts.len()
         };
         total.active_hosts = distinct_hosts as u64;
+        let hosts_written = match self.host_sink.take() {
+            Some((tx, h)) => {
+                let mut hosts = hosts;
+                hosts.sort_by_key(|h| (h.key.ip_version, h.key.addr, h.key.vlan));
+                for chunk in hosts.chunks(1 << 12) {
+                    let _ = tx.send(chunk.to_vec());
+                }
+                // The shards' senders went with them: this was the last one.
+                drop(tx);
+                h.join()
+                    .expect("host sink thread panicked")
+                    .map_err(|e| ProbeError::Output {
+                        path: "hosts".into(),
+                        source: e,
+                    })?
+            }
+            None => 0,
+        };
         // All shard senders are gone now, so the sink ends once it has written everything.
         let flows_written = match self.sink.take() {
             Some(h) => h
@@ -197,8 +218,8 @@ impl Probe {
         Ok(Summary {
             total,
             shards,
-            hosts,
             distinct_hosts,
+            hosts_written,
             capture,
             flows_written,
             elapsed: self.started.elapsed(),
@@ -293,6 +314,38 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         None => (None, None),
     };
 
+    let host_sink = match &cfg.hosts_out {
+        Some(path) => {
+            let mut out = open_output(path)?;
+            let (tx, rx) = bounded::<Vec<Host>>(64);
+            let h = std::thread::Builder::new()
+                .name("host-sink".into())
+                .spawn(move || -> std::io::Result<u64> {
+                    let mut line = String::new();
+                    let mut n = 0;
+                    for batch in rx {
+                        for h in &batch {
+                            line.clear();
+                            host_json(&mut line, h);
+                            out.write_all(line.as_bytes())?;
+                            n += 1;
+                        }
+                    }
+                    out.flush()?;
+                    Ok(n)
+                })
+                .map_err(|e| {
+                    ProbeError::Config(format!("cannot start the host sink thread: {e}"))
+                })?;
+            Some((tx, h))
+        }
+        None => None,
+    };
+    let per_shard = EngineConfig {
+        report_purged_hosts: host_sink.is_some(),
+        ..per_shard
+    };
+
     let mut ctxs = Vec::new();
     let mut shared = Vec::new();
     for _ in 0..threads {
@@ -308,9 +361,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
+            host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
-            host_output: if cfg.collect_hosts {
+            host_output: if cfg.hosts_out.is_some() {
                 shard::HostOutput::Full
             } else if threads > 1 {
                 shard::HostOutput::Keys
@@ -370,12 +424,14 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     )?);
                 }
                 let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
+                let tick_ns = per_shard.tick_ns;
                 reader = Some(
                     std::thread::Builder::new()
                         .name("reader".into())
                         .spawn(move || {
                             read_and_dispatch(
                                 src, filters, pacer, txs, recycle_rx, progress, error, stop,
+                                tick_ns,
                             )
                         })
                         .map_err(|e| {
@@ -421,6 +477,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         shards: shard_handles,
         reader,
         sink,
+        host_sink,
         progress,
         file_len,
         error,
@@ -443,17 +500,21 @@ fn read_and_dispatch(
     progress: Arc<AtomicU64>,
     error: Arc<Mutex<Option<CaptureError>>>,
     stop: Arc<AtomicBool>,
+    tick_ns: u64,
 ) -> ShardStats {
     let n = txs.len() as u64;
+    let tick_ns = tick_ns.max(1);
     let mut stats = ShardStats::default();
     let mut decoder = Decoder::default();
     let new_batch = || DecodedBatch {
         pkts: Vec::with_capacity(DISPATCH_BATCH),
         ts: Vec::with_capacity(DISPATCH_BATCH),
+        clock_ns: 0,
     };
     let mut batches: Vec<DecodedBatch> = (0..n).map(|_| new_batch()).collect();
     let mut d = Decoded::default();
     let mut count: u64 = 0;
+    let mut next_tick_ns = 0;
     let send = |batches: &mut Vec<DecodedBatch>, i: usize| {
         let fresh = recycle.try_recv().unwrap_or_else(|_| new_batch());
         let full = std::mem::replace(&mut batches[i], fresh);
@@ -467,6 +528,14 @@ fn read_and_dispatch(
                 if !filters.accepts(link, f.data) {
                     stats.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
                     continue;
+                }
+                if f.ts_ns >= next_tick_ns {
+                    // Every shard's clock moves with the file's, as a single engine's would.
+                    for i in 0..batches.len() {
+                        batches[i].clock_ns = f.ts_ns;
+                        send(&mut batches, i);
+                    }
+                    next_tick_ns = (f.ts_ns / tick_ns + 1) * tick_ns;
                 }
                 if let Some(p) = pacer.as_mut() {
                     if let Some(wait) = p.due_in(f.ts_ns) {

@@ -27,6 +27,10 @@ pub(crate) struct Shared {
 pub(crate) struct DecodedBatch {
     pub pkts: Vec<Decoded>,
     pub ts: Vec<u64>,
+    /// The reader's packet clock when it sent the batch (0: none). A shard runs its timeouts
+    /// at this time even when none of its own packets reached it, so expiry does not depend
+    /// on how flows are spread over shards.
+    pub clock_ns: u64,
 }
 
 pub(crate) struct ShardOutput {
@@ -39,7 +43,7 @@ pub(crate) struct ShardOutput {
 /// What a shard hands back about its hosts at the end of a run.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub(crate) enum HostOutput {
-    /// Every host with its counters (for `--hosts-out`).
+    /// Every live host with its counters (for `--hosts-out`).
     Full,
     /// Keys only: enough to count distinct hosts across shards.
     Keys,
@@ -53,6 +57,8 @@ pub(crate) struct ShardCtx {
     pub shared: Arc<Shared>,
     pub requests: Receiver<Request>,
     pub sink: Option<Sender<Vec<FlowRecord>>>,
+    /// Purged hosts, for `--hosts-out`.
+    pub host_sink: Option<Sender<Vec<Host>>>,
     pub stop: Arc<AtomicBool>,
     pub records: Vec<FlowRecord>,
     pub host_output: HostOutput,
@@ -77,6 +83,12 @@ impl ShardCtx {
     }
 
     fn drain(&mut self) {
+        if let Some(tx) = &self.host_sink {
+            let purged = self.engine.take_purged_hosts();
+            if !purged.is_empty() && tx.send(purged).is_err() {
+                self.host_sink = None;
+            }
+        }
         if self.engine.expired_len() == 0 {
             return;
         }
@@ -278,8 +290,12 @@ pub(crate) fn run_decoded(
 ) -> ShardOutput {
     while let Ok(mut batch) = rx.recv() {
         ctx.engine.process_decoded(&batch.pkts, &batch.ts);
+        if batch.clock_ns != 0 {
+            ctx.engine.tick_if_due(batch.clock_ns);
+        }
         batch.pkts.clear();
         batch.ts.clear();
+        batch.clock_ns = 0;
         let _ = recycle.try_send(batch);
         ctx.housekeeping();
     }

@@ -7,7 +7,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
-use sonde_export::{host_json, Format};
+use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
 use sonde_probe::{format_count, stats_line, summary_json, Input, ProbeConfig, Replay};
 use std::io::{IsTerminal, Write};
@@ -55,7 +55,8 @@ struct Cli {
     flows_out: Option<PathBuf>,
     #[arg(long, value_enum, default_value_t = FormatArg::Json)]
     flows_format: FormatArg,
-    /// Write every host (merged across shards) as JSON lines at the end.
+    /// Write hosts as JSON lines: each purged host (idle and flowless) when it goes, then
+    /// every remaining host, merged across shards, at the end.
     #[arg(long, value_name = "FILE")]
     hosts_out: Option<PathBuf>,
     /// Write the final summary as JSON to FILE ('-' for standard output).
@@ -199,7 +200,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         FormatArg::Csv => Format::Csv,
     };
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
-    cfg.collect_hosts = cli.hosts_out.is_some();
+    cfg.hosts_out = cli.hosts_out.clone();
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")
@@ -281,26 +282,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
     }
     let summary = probe.join()?;
 
-    if let Some(path) = &cli.hosts_out {
-        let mut hosts = summary.hosts.clone();
-        hosts.sort_by(|a, b| {
-            (a.key.ip_version, a.key.addr, a.key.vlan).cmp(&(
-                b.key.ip_version,
-                b.key.addr,
-                b.key.vlan,
-            ))
-        });
-        let mut out = open_text_output(path)?;
-        let mut line = String::new();
-        for h in &hosts {
-            line.clear();
-            host_json(&mut line, h);
-            out.write_all(line.as_bytes())
-                .with_context(|| format!("cannot write '{}'", path.display()))?;
-        }
-        out.flush()
-            .with_context(|| format!("cannot write '{}'", path.display()))?;
-    }
     if let Some(path) = &cli.stats_json {
         let v = summary_json(&summary, &source_name, cli.threads);
         let mut out = open_text_output(path)?;

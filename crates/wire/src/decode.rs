@@ -480,11 +480,7 @@ impl Parse<'_, '_> {
                 return Ok(self.later_fragment(key));
             }
             let r = self.transport(proto, off + ihl, total - ihl);
-            if r.is_ok() {
-                self.dec
-                    .frags
-                    .insert(key, self.out.sport, self.out.dport, self.ts_ns);
-            }
+            self.remember_first_fragment(key, r.is_ok());
             return r;
         }
         self.transport(proto, off + ihl, total - ihl)
@@ -562,11 +558,7 @@ impl Parse<'_, '_> {
                 return Ok(self.later_fragment(key));
             }
             let r = self.transport(next, cur, end - cur);
-            if r.is_ok() {
-                self.dec
-                    .frags
-                    .insert(key, self.out.sport, self.out.dport, self.ts_ns);
-            }
+            self.remember_first_fragment(key, r.is_ok());
             return r;
         }
         self.transport(next, cur, end - cur)
@@ -579,6 +571,17 @@ impl Parse<'_, '_> {
             id,
             proto: self.out.proto,
             vlan: self.out.vlan,
+        }
+    }
+
+    /// A first fragment starts a datagram: its ports go to the later fragments, or, when its
+    /// transport header was malformed, the later fragments get no ports (not a stale entry's).
+    fn remember_first_fragment(&mut self, key: FragKey, ok: bool) {
+        if ok {
+            let (sport, dport) = (self.out.sport, self.out.dport);
+            self.dec.frags.insert(key, sport, dport, self.ts_ns);
+        } else {
+            self.dec.frags.remove(&key);
         }
     }
 
@@ -602,7 +605,10 @@ impl Parse<'_, '_> {
             ipproto::TCP => {
                 let h = d.get(off..off + 14).ok_or(Malformed::TruncatedTcp)?;
                 let doff = ((h[12] >> 4) as usize) * 4;
-                if doff < 20 || doff > len {
+                // A first fragment may end inside the TCP header (options, or a tiny first
+                // fragment): the ports are still there, and the rest of the header follows in
+                // later fragments, so only an unfragmented segment must hold all of it.
+                if doff < 20 || (doff > len && !self.out.is_fragment) {
                     return Err(Malformed::BadTcpHeader);
                 }
                 let o = &mut *self.out;
@@ -611,8 +617,8 @@ impl Parse<'_, '_> {
                 o.tcp_seq = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
                 o.tcp_ack = u32::from_be_bytes([h[8], h[9], h[10], h[11]]);
                 o.tcp_flags = h[13];
-                o.payload_len = (len - doff) as u32;
-                o.payload_offset = (off + doff) as u32;
+                o.payload_len = len.saturating_sub(doff) as u32;
+                o.payload_offset = (off + doff.min(len)) as u32;
                 Ok(Outcome::Ip)
             }
             ipproto::UDP | ipproto::UDPLITE => {

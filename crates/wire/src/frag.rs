@@ -71,6 +71,18 @@ impl FragmentTable {
         };
     }
 
+    /// Forgets the datagram `key` (a new first fragment with the same key that carries no
+    /// usable ports: its later fragments must not inherit an older datagram's).
+    pub fn remove(&mut self, key: &FragKey) {
+        if self.slots.is_empty() {
+            return;
+        }
+        let i = self.index(key);
+        if self.slots[i].key == *key {
+            self.slots[i].used = false;
+        }
+    }
+
     pub fn lookup(&self, key: &FragKey, ts_ns: u64) -> Option<(u16, u16)> {
         if self.slots.is_empty() {
             return None;

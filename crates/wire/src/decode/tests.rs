@@ -253,6 +253,55 @@ fn ipv4_fragments_attributed_to_flow() {
     assert_eq!(d.counters.fragments_unmatched, 1);
 }
 
+/// A first fragment that ends inside the TCP header (16 of 24 bytes, as in nDPI's
+/// ip_fragmented_garbage.pcap) still gives its ports to the later fragments; one whose data
+/// offset is below 20 bytes is malformed, and its later fragments keep ports 0.
+#[test]
+fn tiny_first_tcp_fragment_keeps_ports() {
+    let mut d = Decoder::default();
+    let mut out = Decoded::default();
+    let mut hdr = tcp(18730, 20304, 1, 0x18, &[]);
+    hdr[12] = 0x60; // 24-byte header, of which the fragment carries 16
+    hdr.truncate(16);
+    let first = eth(
+        0x0800,
+        &ipv4(6, [10, 0, 0, 2], [10, 128, 0, 2], 0x2000, 9, &hdr),
+    );
+    let later = eth(
+        0x0800,
+        &ipv4(6, [10, 0, 0, 2], [10, 128, 0, 2], 2, 9, &[0u8; 16]),
+    );
+    assert_eq!(
+        d.decode(LinkType::Ethernet, 0, &first, first.len() as u32, &mut out),
+        Ok(Outcome::Ip)
+    );
+    assert_eq!((out.sport, out.dport, out.payload_len), (18730, 20304, 0));
+    assert_eq!(
+        d.decode(LinkType::Ethernet, 1, &later, later.len() as u32, &mut out),
+        Ok(Outcome::Ip)
+    );
+    assert_eq!((out.sport, out.dport), (18730, 20304));
+
+    // The same IP id again (as in that capture), now with an 8-byte header: bogus. Its later
+    // fragments must not inherit the previous datagram's ports.
+    hdr[12] = 0x20;
+    let bogus = eth(
+        0x0800,
+        &ipv4(6, [10, 0, 0, 2], [10, 128, 0, 2], 0x2000, 9, &hdr),
+    );
+    assert_eq!(
+        d.decode(LinkType::Ethernet, 2, &bogus, bogus.len() as u32, &mut out),
+        Err(Malformed::BadTcpHeader)
+    );
+    let later = eth(
+        0x0800,
+        &ipv4(6, [10, 0, 0, 2], [10, 128, 0, 2], 2, 9, &[0u8; 16]),
+    );
+    d.decode(LinkType::Ethernet, 3, &later, later.len() as u32, &mut out)
+        .unwrap();
+    assert_eq!((out.sport, out.dport), (0, 0));
+}
+
 fn ipv6(next: u8, payload: &[u8]) -> Vec<u8> {
     let mut h = vec![0x60, 0, 0, 0];
     h.extend_from_slice(&(payload.len() as u16).to_be_bytes());

@@ -1,0 +1,80 @@
+#!/usr/bin/env bash
+# Installs what sonde's tests need, on Debian/Ubuntu. Idempotent: installs only what is missing,
+# and runs `apt-get update` only when something has to be installed.
+#
+#   tshark, capinfos  oracle for tests/system (packages tshark, wireshark-common)
+#   libpcap-dev       to build sonde (live capture and BPF filters)
+#   iproute2          `ip`, for live-capture tests
+#   setpriv           util-linux, to run sonde as an unprivileged user in tests
+#   pytest            python3 -m pytest (apt python3-pytest, or pip when python3 is not Debian's)
+#
+# Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
+set -euo pipefail
+
+export DEBIAN_FRONTEND=noninteractive
+
+SUDO=""
+if [ "$(id -u)" -ne 0 ]; then
+    if command -v sudo >/dev/null 2>&1; then
+        SUDO="sudo -E"
+    else
+        echo "setup-test-deps: must run as root (or with sudo)" >&2
+        exit 1
+    fi
+fi
+
+# package -> a file or command that proves it is installed
+declare -A PROBE=(
+    [tshark]="cmd:tshark"
+    [wireshark-common]="cmd:capinfos"
+    [libpcap-dev]="file:/usr/include/pcap/pcap.h"
+    [iproute2]="cmd:ip"
+    [util-linux]="cmd:setpriv"
+)
+
+missing=()
+for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux; do
+    probe="${PROBE[$pkg]}"
+    case "$probe" in
+        cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
+        file:*) [ -e "${probe#file:}" ] && continue ;;
+    esac
+    missing+=("$pkg")
+done
+
+need_pytest=0
+if ! python3 -m pytest --version >/dev/null 2>&1; then
+    need_pytest=1
+fi
+
+# Debian's python3 gets pytest from apt; any other python3 (pyenv, venv) from pip.
+PY_IS_SYSTEM=0
+case "$(command -v python3 || true)" in
+    /usr/bin/python3) PY_IS_SYSTEM=1 ;;
+esac
+if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 1 ]; then
+    missing+=(python3-pytest)
+fi
+
+if [ "${#missing[@]}" -gt 0 ]; then
+    echo "setup-test-deps: installing ${missing[*]}"
+    # tshark asks whether non-root users may capture; answer no, without a prompt.
+    echo "wireshark-common wireshark-common/install-setuid boolean false" | $SUDO debconf-set-selections
+    $SUDO apt-get update -q
+    $SUDO apt-get install -y -q --no-install-recommends "${missing[@]}"
+else
+    echo "setup-test-deps: system packages already installed"
+fi
+
+if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 0 ]; then
+    echo "setup-test-deps: installing pytest with pip for $(command -v python3)"
+    python3 -m pip install --quiet pytest
+fi
+
+# Check the result.
+for c in tshark capinfos ip setpriv; do
+    command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
+done
+[ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }
+python3 -m pytest --version >/dev/null 2>&1 || { echo "setup-test-deps: pytest still missing" >&2; exit 1; }
+echo "setup-test-deps: ok ($(tshark --version 2>/dev/null | head -1))"

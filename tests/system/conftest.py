@@ -1,0 +1,126 @@
+"""Fixtures for sonde's system tests (run the release binary against real captures).
+
+Environment:
+  SONDE_BIN           sonde binary (default <repo>/target/release/sonde; built if missing)
+  SONDE_CORPUS        capture directory (default <repo>/../shared/corpus/ndpi)
+  SONDE_WRITE_REPORT  =1: (re)write tests/system/EXACTNESS.md from the tshark comparison
+
+Needs tshark and capinfos (scripts/setup-test-deps.sh installs them).
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import List
+
+import pytest
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(HERE))
+
+import report  # noqa: E402  (tests/system/report.py)
+
+
+def corpus_dir() -> Path:
+    return Path(os.environ.get("SONDE_CORPUS", str(REPO.parent / "shared" / "corpus" / "ndpi")))
+
+
+def corpus_files() -> List[Path]:
+    d = corpus_dir()
+    if not d.is_dir():
+        return []
+    return sorted(p for p in d.iterdir() if p.suffix in (".pcap", ".pcapng") and p.is_file())
+
+
+def _build_sonde() -> None:
+    # cargo waits on its own build-directory lock if another build holds it.
+    p = subprocess.run(
+        ["cargo", "build", "--release", "-p", "sonde"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=3600,
+    )
+    if p.returncode != 0:
+        pytest.fail(f"cargo build --release -p sonde failed:\n{p.stderr[-4000:]}", pytrace=False)
+
+
+@pytest.fixture(scope="session")
+def sonde_bin() -> Path:
+    env = os.environ.get("SONDE_BIN")
+    if env:
+        path = Path(env)
+        if not path.is_file():
+            pytest.fail(f"SONDE_BIN={env} does not exist", pytrace=False)
+        return path.resolve()
+    path = REPO / "target" / "release" / "sonde"
+    if not path.is_file():
+        _build_sonde()
+    if not path.is_file():
+        pytest.fail(f"{path} missing after cargo build", pytrace=False)
+    return path
+
+
+@pytest.fixture(scope="session")
+def corpus() -> Path:
+    d = corpus_dir()
+    if not corpus_files():
+        pytest.skip(f"no captures in {d} (set SONDE_CORPUS)")
+    return d
+
+
+def _need(tool: str) -> None:
+    if shutil.which(tool) is None:
+        pytest.skip(f"{tool} not installed (run scripts/setup-test-deps.sh)")
+
+
+@pytest.fixture(scope="session")
+def tshark_tools() -> None:
+    _need("tshark")
+    _need("capinfos")
+
+
+@pytest.fixture
+def workdir(tmp_path: Path) -> Path:
+    """A fresh directory per test for sonde's output files."""
+    return tmp_path
+
+
+class SondeRunner:
+    def __init__(self, binary: Path):
+        self.binary = binary
+
+    def __call__(self, *args: str, timeout: int = 300, user=None) -> subprocess.CompletedProcess:
+        cmd = [str(self.binary)] + [str(a) for a in args]
+        if user is not None:
+            cmd = user + cmd
+        return subprocess.run(cmd, capture_output=True, text=True, timeout=timeout,
+                              stdin=subprocess.DEVNULL)
+
+
+@pytest.fixture(scope="session")
+def sonde(sonde_bin: Path) -> SondeRunner:
+    return SondeRunner(sonde_bin)
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    if not report.RESULTS:
+        return
+    terminalreporter.write_sep("=", "sonde vs tshark, per capture")
+    for line in report.table_lines():
+        terminalreporter.write_line(line)
+    if os.environ.get("SONDE_WRITE_REPORT") == "1":
+        path = HERE / "EXACTNESS.md"
+        want = {p.name for p in corpus_files()}
+        if want - set(report.RESULTS):
+            terminalreporter.write_line(
+                f"{path.name} not written: {len(want - set(report.RESULTS))} of {len(want)} "
+                f"captures did not run (the report covers the whole corpus)")
+        else:
+            path.write_text(report.markdown())
+            terminalreporter.write_line(f"wrote {path}")
