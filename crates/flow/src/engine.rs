@@ -561,7 +561,9 @@ impl Engine {
         s.active_flows = self.live_flows as u64;
         s.active_hosts = self.hosts.len() as u64;
         s.table_memory = (self.index.memory_bytes()
-            + self.flows.capacity() * std::mem::size_of::<Flow>()
+            // The slab's capacity is reserved up front but only the slots ever used are
+            // touched (resident): count those.
+            + self.flows.len() * std::mem::size_of::<Flow>()
             + self.free.capacity() * 4
             + self.hosts.memory_bytes()) as u64;
         s.last_packet_ns = self.now_ns;
