@@ -1,0 +1,199 @@
+//! The per-flow DPI state machine: which detectors are still candidates, who owns the flow
+//! once recognised, when to stop, and the final label (port guess and service mapping).
+
+use crate::ids::Proto;
+use crate::meta::Meta;
+use crate::proto::{self, DETECTORS};
+use crate::service::Services;
+use crate::{Confidence, Pkt, Verdict, L4, L7, MAX_PACKETS};
+use std::sync::Arc;
+
+/// Per-flow DPI state, allocated on a flow's first payload packet and dropped when the flow
+/// leaves the DPI path (its [`L7`] and [`Meta`] are moved into the flow record).
+#[derive(Debug, Default)]
+pub struct FlowDpi {
+    pub l7: L7,
+    pub meta: Meta,
+    /// Scratch space the detectors of this flow share (see [`Scratch`]).
+    pub scratch: Scratch,
+    /// Detectors ruled out: bit `i` is `DETECTORS[i]`.
+    excluded: u64,
+    /// The detector that recognised the flow and wants more packets for its metadata.
+    owner: Option<u8>,
+    packets: u8,
+    done: bool,
+}
+
+/// Buffers and counters detectors keep between packets of one flow. Each field has one user,
+/// named in its comment, so detectors never trample each other's state.
+#[derive(Debug, Default)]
+pub struct Scratch {
+    /// TLS over TCP: handshake bytes per direction (0 = client), until a whole message is in.
+    pub tls: [Vec<u8>; 2],
+    /// QUIC: CRYPTO frame bytes of the client's Initial packets, in offset order.
+    pub quic_crypto: Vec<u8>,
+    /// Small per-protocol counters (e.g. RTP sequence numbers, text-protocol line states); the
+    /// detector that uses an index documents it in `proto/mod.rs`.
+    pub state: [u32; 4],
+}
+
+impl FlowDpi {
+    /// True when the flow has left the DPI path.
+    pub fn is_done(&self) -> bool {
+        self.done
+    }
+
+    /// Payload packets inspected so far.
+    pub fn packets(&self) -> u8 {
+        self.packets
+    }
+}
+
+#[derive(Clone, Debug)]
+pub struct DpiConfig {
+    /// Payload packets inspected per flow at most (both directions).
+    pub max_packets: u8,
+    pub services: Arc<Services>,
+}
+
+impl Default for DpiConfig {
+    fn default() -> Self {
+        DpiConfig {
+            max_packets: MAX_PACKETS,
+            services: Arc::new(Services::builtin()),
+        }
+    }
+}
+
+/// The built-in detector set of one shard.
+pub struct Dpi {
+    cfg: DpiConfig,
+}
+
+impl Dpi {
+    pub fn new(cfg: DpiConfig) -> Dpi {
+        Dpi { cfg }
+    }
+
+    pub fn services(&self) -> &Services {
+        &self.cfg.services
+    }
+
+    /// Runs the candidate detectors on one payload packet. Returns true when the flow is done
+    /// with DPI (recognised with complete metadata, no candidate left, or out of packets); the
+    /// caller then calls [`Dpi::finish`].
+    pub fn inspect(&self, f: &mut FlowDpi, pkt: &Pkt<'_>) -> bool {
+        if f.done {
+            return true;
+        }
+        if pkt.payload.is_empty() {
+            return false;
+        }
+        let pkt = Pkt {
+            index: f.packets,
+            ..*pkt
+        };
+        f.packets = f.packets.saturating_add(1);
+        if let Some(i) = f.owner {
+            match (DETECTORS[i as usize].run)(&pkt, f) {
+                Verdict::Is { done: false, .. } | Verdict::Unsure => {}
+                Verdict::Is { done: true, .. } | Verdict::No => f.done = true,
+            }
+        } else {
+            let mut undecided = false;
+            for (i, d) in DETECTORS.iter().enumerate() {
+                if f.excluded & (1 << i) != 0 || !d.accepts(pkt.l4) {
+                    continue;
+                }
+                match (d.run)(&pkt, f) {
+                    Verdict::No => f.excluded |= 1 << i,
+                    Verdict::Unsure => undecided = true,
+                    Verdict::Is { proto, done } => {
+                        f.l7.proto = proto;
+                        f.l7.confidence = Confidence::Dpi;
+                        if done {
+                            f.done = true;
+                        } else {
+                            f.owner = Some(i as u8);
+                        }
+                        return f.done || f.packets >= self.cfg.max_packets;
+                    }
+                }
+            }
+            if !undecided {
+                f.done = true;
+            }
+        }
+        if f.packets >= self.cfg.max_packets {
+            f.done = true;
+        }
+        f.done
+    }
+
+    /// Completes the label when the flow leaves the DPI path (or ends before): a port guess
+    /// when no detector recognised it, then the service from the server name or address, and
+    /// the category.
+    pub fn finish(&self, f: &mut FlowDpi, ctx: &FlowCtx) {
+        f.done = true;
+        if !f.l7.proto.is_known() {
+            if let Some(p) = proto::guess_by_port(ctx.l4, ctx.client_port, ctx.server_port) {
+                f.l7.proto = p;
+                f.l7.confidence = Confidence::Port;
+            }
+        }
+        if !f.l7.app.is_known() {
+            let by_name = f
+                .meta
+                .server_name
+                .as_deref()
+                .and_then(|n| self.cfg.services.by_name(n));
+            let by_addr = || {
+                self.cfg
+                    .services
+                    .by_addr(&ctx.server_addr, ctx.ip_version)
+                    .or_else(|| self.cfg.services.by_addr(&ctx.client_addr, ctx.ip_version))
+            };
+            if let Some(app) = by_name.or_else(by_addr) {
+                f.l7.app = app;
+                if f.l7.confidence == Confidence::Unknown {
+                    f.l7.confidence = Confidence::Dpi;
+                }
+            }
+        }
+        f.l7.category = if f.l7.app.is_known() {
+            self.cfg.services.category_of(f.l7.app)
+        } else {
+            f.l7.proto.category()
+        };
+    }
+}
+
+/// What [`Dpi::finish`] needs to know about the flow besides its DPI state.
+#[derive(Clone, Copy, Debug)]
+pub struct FlowCtx {
+    pub l4: L4,
+    pub client_port: u16,
+    pub server_port: u16,
+    pub client_addr: [u8; 16],
+    pub server_addr: [u8; 16],
+    pub ip_version: u8,
+}
+
+impl proto::Detector {
+    fn accepts(&self, l4: L4) -> bool {
+        match l4 {
+            L4::Tcp => self.tcp,
+            L4::Udp => self.udp,
+        }
+    }
+}
+
+// `FlowDpi::excluded` is a u64 bit set.
+const _: () = assert!(DETECTORS.len() <= 64);
+
+impl Proto {
+    /// Convenience for detectors: `Verdict::Is { proto: self, done }`.
+    pub fn is(self, done: bool) -> Verdict {
+        Verdict::Is { proto: self, done }
+    }
+}

@@ -1,0 +1,272 @@
+//! Service mapping: which application (Google, Netflix, WhatsApp, …) a flow belongs to, from
+//! the server name the client asked for (SNI, HTTP Host, DNS query) or from well-known address
+//! blocks. The mapping is data, not code: `data/services.txt` is built in, and users add their
+//! own files in the same format (`--dpi-services FILE`).
+//!
+//! Format, one rule per line (`#` starts a comment):
+//!
+//! ```text
+//! host  googlevideo.com   YouTube           # the name and every name under it
+//! ip    157.240.0.0/16    Facebook          # IPv4 or IPv6 CIDR
+//! category  YouTube  Streaming              # overrides the application's default category
+//! ```
+//!
+//! Application names are nDPI's (see [`crate::ids::TABLE`]); a later rule for the same name or
+//! block replaces an earlier one, so a user file can correct the built-in one.
+
+use crate::ids::{Category, Proto};
+use std::collections::HashMap;
+use std::fmt;
+use std::net::IpAddr;
+
+const BUILTIN: &str = include_str!("../data/services.txt");
+
+#[derive(Clone, Debug, Default)]
+pub struct Services {
+    /// Lower-case name suffix → application.
+    names: HashMap<String, Proto>,
+    /// Per prefix length (IPv4 as ::ffff:a.b.c.d, so one table): masked address → application.
+    blocks: Vec<(u8, HashMap<u128, Proto>)>,
+    categories: HashMap<Proto, Category>,
+}
+
+/// A line of a services file that could not be read.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServicesError {
+    pub source: String,
+    pub line: usize,
+    pub message: String,
+}
+
+impl fmt::Display for ServicesError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} line {}: {}", self.source, self.line, self.message)
+    }
+}
+
+impl std::error::Error for ServicesError {}
+
+impl Services {
+    /// The built-in rules (`data/services.txt`).
+    pub fn builtin() -> Services {
+        let mut s = Services::default();
+        s.load("built-in services", BUILTIN)
+            .expect("the built-in services file parses");
+        s
+    }
+
+    /// Adds the rules of `text` (named `source` in errors) to these.
+    pub fn load(&mut self, source: &str, text: &str) -> Result<(), ServicesError> {
+        for (i, raw) in text.lines().enumerate() {
+            let err = |message: String| ServicesError {
+                source: source.to_string(),
+                line: i + 1,
+                message,
+            };
+            let line = raw.split('#').next().unwrap_or("").trim();
+            if line.is_empty() {
+                continue;
+            }
+            let cols: Vec<&str> = line.split_whitespace().collect();
+            if cols.len() != 3 {
+                return Err(err(format!(
+                    "expected 3 columns (kind pattern application), got {}: '{line}'",
+                    cols.len()
+                )));
+            }
+            let app = |name: &str| {
+                Proto::from_name(name).ok_or_else(|| {
+                    err(format!(
+                        "unknown application '{name}' (use one of nDPI's names, e.g. Google, \
+                         YouTube, NetFlix, WhatsApp, Facebook)"
+                    ))
+                })
+            };
+            match cols[0] {
+                "host" => {
+                    let name = cols[1].trim_start_matches("*.").trim_end_matches('.');
+                    if name.is_empty() || name.contains('/') {
+                        return Err(err(format!("'{}' is not a host name", cols[1])));
+                    }
+                    self.names.insert(name.to_ascii_lowercase(), app(cols[2])?);
+                }
+                "ip" => {
+                    let (addr, len) = parse_cidr(cols[1]).ok_or_else(|| {
+                        err(format!(
+                            "'{}' is not an address block (examples: 157.240.0.0/16, \
+                             2a03:2880::/32)",
+                            cols[1]
+                        ))
+                    })?;
+                    let p = app(cols[2])?;
+                    let masked = mask(addr, len);
+                    match self.blocks.iter_mut().find(|(l, _)| *l == len) {
+                        Some((_, m)) => {
+                            m.insert(masked, p);
+                        }
+                        None => {
+                            self.blocks.push((len, HashMap::from([(masked, p)])));
+                            // Longest prefix first.
+                            self.blocks.sort_by(|a, b| b.0.cmp(&a.0));
+                        }
+                    }
+                }
+                "category" => {
+                    let p = app(cols[1])?;
+                    let c = Category::from_name(cols[2]).ok_or_else(|| {
+                        err(format!("unknown category '{}' (e.g. Web, Streaming, VoIP, Chat, SocialNetwork, Cloud)", cols[2]))
+                    })?;
+                    self.categories.insert(p, c);
+                }
+                other => {
+                    return Err(err(format!(
+                        "unknown rule kind '{other}' (use host, ip or category)"
+                    )))
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The application of a server name: the rule for the longest suffix that matches at a
+    /// label boundary (`www.youtube.com` matches `youtube.com`, `notyoutube.com` does not).
+    pub fn by_name(&self, name: &str) -> Option<Proto> {
+        if self.names.is_empty() || name.len() > 255 {
+            return None;
+        }
+        let lower = name.trim_end_matches('.').to_ascii_lowercase();
+        let mut rest = lower.as_str();
+        loop {
+            if let Some(p) = self.names.get(rest) {
+                return Some(*p);
+            }
+            match rest.find('.') {
+                Some(i) => rest = &rest[i + 1..],
+                None => return None,
+            }
+        }
+    }
+
+    /// The application of an address (16 bytes; IPv4 in the first 4 when `ip_version == 4`).
+    pub fn by_addr(&self, addr: &[u8; 16], ip_version: u8) -> Option<Proto> {
+        let a = if ip_version == 4 {
+            v4_mapped([addr[0], addr[1], addr[2], addr[3]])
+        } else {
+            u128::from_be_bytes(*addr)
+        };
+        self.blocks
+            .iter()
+            .find_map(|(len, m)| m.get(&mask(a, *len)).copied())
+    }
+
+    pub fn category_of(&self, app: Proto) -> Category {
+        self.categories
+            .get(&app)
+            .copied()
+            .unwrap_or_else(|| app.category())
+    }
+
+    pub fn len(&self) -> usize {
+        self.names.len() + self.blocks.iter().map(|(_, m)| m.len()).sum::<usize>()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len() == 0
+    }
+}
+
+fn v4_mapped(o: [u8; 4]) -> u128 {
+    (0xffff_u128 << 32) | u32::from_be_bytes(o) as u128
+}
+
+/// Address as u128 (IPv4 mapped) and prefix length in that 128-bit space.
+fn parse_cidr(s: &str) -> Option<(u128, u8)> {
+    let (a, l) = s.split_once('/').unwrap_or((s, ""));
+    let ip: IpAddr = a.parse().ok()?;
+    match ip {
+        IpAddr::V4(v4) => {
+            let len: u8 = if l.is_empty() { 32 } else { l.parse().ok()? };
+            (len <= 32).then(|| (v4_mapped(v4.octets()), 96 + len))
+        }
+        IpAddr::V6(v6) => {
+            let len: u8 = if l.is_empty() { 128 } else { l.parse().ok()? };
+            (len <= 128).then(|| (u128::from_be_bytes(v6.octets()), len))
+        }
+    }
+}
+
+fn mask(a: u128, len: u8) -> u128 {
+    if len == 0 {
+        0
+    } else {
+        a & (u128::MAX << (128 - len as u32))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_match_at_label_boundaries() {
+        let mut s = Services::default();
+        s.load(
+            "t",
+            "host youtube.com YouTube\nhost googlevideo.com YouTube\nhost google.com Google\n",
+        )
+        .unwrap();
+        assert_eq!(s.by_name("www.YouTube.com."), Some(Proto::YOUTUBE));
+        assert_eq!(s.by_name("youtube.com"), Some(Proto::YOUTUBE));
+        assert_eq!(s.by_name("notyoutube.com"), None);
+        assert_eq!(
+            s.by_name("r3.sn-4g5e6nsz.googlevideo.com"),
+            Some(Proto::YOUTUBE)
+        );
+        assert_eq!(s.by_name("com"), None);
+    }
+
+    #[test]
+    fn longest_prefix_wins() {
+        let mut s = Services::default();
+        s.load(
+            "t",
+            "ip 10.0.0.0/8 Google\nip 10.1.0.0/16 NetFlix\nip 2a03:2880::/32 Facebook\n",
+        )
+        .unwrap();
+        let v4 = |a: [u8; 4]| {
+            let mut x = [0u8; 16];
+            x[..4].copy_from_slice(&a);
+            x
+        };
+        assert_eq!(s.by_addr(&v4([10, 1, 2, 3]), 4), Some(Proto::NETFLIX));
+        assert_eq!(s.by_addr(&v4([10, 2, 2, 3]), 4), Some(Proto::GOOGLE));
+        assert_eq!(s.by_addr(&v4([11, 2, 2, 3]), 4), None);
+        let v6: std::net::Ipv6Addr = "2a03:2880:f003::1".parse().unwrap();
+        assert_eq!(s.by_addr(&v6.octets(), 6), Some(Proto::FACEBOOK));
+    }
+
+    #[test]
+    fn bad_lines_name_the_line_and_the_fix() {
+        let mut s = Services::default();
+        let e = s
+            .load("my.txt", "# ok\nhost a.com Google\nhost b.com NoSuchApp\n")
+            .unwrap_err();
+        assert_eq!(e.line, 3);
+        assert!(
+            e.to_string()
+                .contains("my.txt line 3: unknown application 'NoSuchApp'"),
+            "{e}"
+        );
+        let e = s.load("my.txt", "ip 300.1.2.3/8 Google").unwrap_err();
+        assert!(e.message.contains("not an address block"), "{e}");
+        let e = s.load("my.txt", "host a.com").unwrap_err();
+        assert!(e.message.contains("3 columns"), "{e}");
+    }
+
+    #[test]
+    fn builtin_file_loads() {
+        let s = Services::builtin();
+        assert!(s.len() > 50);
+        assert_eq!(s.by_name("www.netflix.com"), Some(Proto::NETFLIX));
+    }
+}
