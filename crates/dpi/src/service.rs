@@ -107,7 +107,7 @@ impl Services {
                         None => {
                             self.blocks.push((len, HashMap::from([(masked, p)])));
                             // Longest prefix first.
-                            self.blocks.sort_by(|a, b| b.0.cmp(&a.0));
+                            self.blocks.sort_by_key(|b| std::cmp::Reverse(b.0));
                         }
                     }
                 }
