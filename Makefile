@@ -1,6 +1,8 @@
 # sonde: the two entry points are `make run` and `make test` (see README.md).
 SHELL := /bin/bash
 CARGO ?= cargo
+# The nDPI backend (--dpi ndpi) links Debian's libndpi, which scripts/setup.sh installs.
+FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
 SAMPLE := samples/loopback-http-dns.pcapng
 
@@ -10,7 +12,7 @@ setup:
 	scripts/setup.sh
 
 build: setup
-	$(CARGO) build --release -p sonde
+	$(CARGO) build --release -p sonde $(FEATURES)
 
 # The main job on the embedded default: sonde replays the bundled capture at its real pace,
 # printing a stats line per second and every flow as JSON when it ends.
@@ -19,23 +21,23 @@ run: build
 
 test: setup
 	scripts/setup-test-deps.sh
-	$(CARGO) build --release -p sonde
-	$(CARGO) test --workspace
+	$(CARGO) build --release -p sonde $(FEATURES)
+	$(CARGO) test --workspace $(FEATURES)
 	python3 -m pytest tests/system -q
 
 bench: setup
 	scripts/setup-bench-deps.sh
-	$(CARGO) build --release -p sonde -p sonde-bench
+	$(CARGO) build --release -p sonde -p sonde-bench $(FEATURES)
 	target/release/sonde-bench --out bench-results.md
 
 bench-quick: setup
 	scripts/setup-bench-deps.sh
-	$(CARGO) build --release -p sonde -p sonde-bench
+	$(CARGO) build --release -p sonde -p sonde-bench $(FEATURES)
 	target/release/sonde-bench --quick --out bench-results-quick.md
 
 lint:
 	$(CARGO) fmt --all -- --check
-	$(CARGO) clippy --workspace --all-targets -- -D warnings
+	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
 fmt:
 	$(CARGO) fmt --all

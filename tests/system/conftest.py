@@ -40,14 +40,14 @@ def corpus_files() -> List[Path]:
 def _build_sonde() -> None:
     # cargo waits on its own build-directory lock if another build holds it.
     p = subprocess.run(
-        ["cargo", "build", "--release", "-p", "sonde"],
+        ["cargo", "build", "--release", "-p", "sonde", "--features", "sonde/ndpi"],
         cwd=REPO,
         capture_output=True,
         text=True,
         timeout=3600,
     )
     if p.returncode != 0:
-        pytest.fail(f"cargo build --release -p sonde failed:\n{p.stderr[-4000:]}", pytrace=False)
+        pytest.fail(f"cargo build --release -p sonde --features ndpi failed:\n{p.stderr[-4000:]}", pytrace=False)
 
 
 @pytest.fixture(scope="session")

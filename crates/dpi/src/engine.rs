@@ -1,7 +1,7 @@
 //! The per-flow DPI state machine: which detectors are still candidates, who owns the flow
 //! once recognised, when to stop, and the final label (port guess and service mapping).
 
-use crate::ids::Proto;
+use crate::ids::{Category, Proto};
 use crate::meta::Meta;
 use crate::proto::{self, DETECTORS};
 use crate::service::Services;
@@ -22,6 +22,9 @@ pub struct FlowDpi {
     owner: Option<u8>,
     packets: u8,
     done: bool,
+    /// The nDPI flow struct, with the nDPI backend.
+    #[cfg(feature = "ndpi")]
+    pub(crate) ndpi: Option<crate::ndpi::Flow>,
 }
 
 /// Buffers and counters detectors keep between packets of one flow. Each field has one user,
@@ -49,8 +52,19 @@ impl FlowDpi {
     }
 }
 
+/// Which detector set labels flows.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Backend {
+    /// sonde's own detectors (this crate's `proto` modules).
+    #[default]
+    Builtin,
+    /// libndpi (needs the `ndpi` cargo feature).
+    Ndpi,
+}
+
 #[derive(Clone, Debug)]
 pub struct DpiConfig {
+    pub backend: Backend,
     /// Payload packets inspected per flow at most (both directions).
     pub max_packets: u8,
     pub services: Arc<Services>,
@@ -59,20 +73,63 @@ pub struct DpiConfig {
 impl Default for DpiConfig {
     fn default() -> Self {
         DpiConfig {
+            backend: Backend::Builtin,
             max_packets: MAX_PACKETS,
             services: Arc::new(Services::builtin()),
         }
     }
 }
 
-/// The built-in detector set of one shard.
+/// True when this build has the nDPI backend.
+pub const NDPI_AVAILABLE: bool = cfg!(feature = "ndpi");
+
+/// The detector set of one shard.
 pub struct Dpi {
     cfg: DpiConfig,
+    #[cfg(feature = "ndpi")]
+    ndpi: Option<crate::ndpi::Module>,
 }
 
 impl Dpi {
-    pub fn new(cfg: DpiConfig) -> Dpi {
-        Dpi { cfg }
+    /// A shard's detectors. Fails only when the nDPI backend is asked for and cannot start
+    /// (or is not built in).
+    pub fn new(cfg: DpiConfig) -> Result<Dpi, String> {
+        match cfg.backend {
+            Backend::Builtin => Ok(Dpi {
+                cfg,
+                #[cfg(feature = "ndpi")]
+                ndpi: None,
+            }),
+            #[cfg(feature = "ndpi")]
+            Backend::Ndpi => Ok(Dpi {
+                ndpi: Some(crate::ndpi::Module::new()?),
+                cfg,
+            }),
+            #[cfg(not(feature = "ndpi"))]
+            Backend::Ndpi => Err("this build has no nDPI backend: rebuild with \
+                 'cargo build --release --features ndpi' (needs Debian's libndpi-dev)"
+                .into()),
+        }
+    }
+
+    pub fn backend(&self) -> Backend {
+        self.cfg.backend
+    }
+
+    /// [`Dpi::inspect`] for whichever backend this is: nDPI wants the whole IP packet (`ip`,
+    /// from the IP header) and the packet time; the built-in detectors only the payload.
+    pub fn inspect_packet(&self, f: &mut FlowDpi, pkt: &Pkt<'_>, ip: &[u8], ts_ms: u64) -> bool {
+        #[cfg(feature = "ndpi")]
+        if let Some(m) = &self.ndpi {
+            if f.done {
+                return true;
+            }
+            f.packets = f.packets.saturating_add(1);
+            f.done = m.inspect(f, ip, ts_ms, self.cfg.max_packets);
+            return f.done;
+        }
+        let _ = (ip, ts_ms);
+        self.inspect(f, pkt)
     }
 
     pub fn services(&self) -> &Services {
@@ -96,8 +153,13 @@ impl Dpi {
         f.packets = f.packets.saturating_add(1);
         if let Some(i) = f.owner {
             match (DETECTORS[i as usize].run)(&pkt, f) {
-                Verdict::Is { done: false, .. } | Verdict::Unsure => {}
-                Verdict::Is { done: true, .. } | Verdict::No => f.done = true,
+                // The owner may refine its label (SMTP → SMTPS after STARTTLS).
+                Verdict::Is { proto, done } => {
+                    f.l7.proto = proto;
+                    f.done = done;
+                }
+                Verdict::Unsure => {}
+                Verdict::No => f.done = true,
             }
         } else {
             let mut undecided = false;
@@ -135,6 +197,12 @@ impl Dpi {
     /// the category.
     pub fn finish(&self, f: &mut FlowDpi, ctx: &FlowCtx) {
         f.done = true;
+        // nDPI's own guess first; flows it never saw (no payload) and labels it left open get
+        // the same port guess and service mapping as with the built-in detectors.
+        #[cfg(feature = "ndpi")]
+        if let Some(m) = &self.ndpi {
+            m.finish(f);
+        }
         if !f.l7.proto.is_known() {
             if let Some(p) = proto::guess_by_port(ctx.l4, ctx.client_port, ctx.server_port) {
                 f.l7.proto = p;
@@ -160,11 +228,13 @@ impl Dpi {
                 }
             }
         }
-        f.l7.category = if f.l7.app.is_known() {
-            self.cfg.services.category_of(f.l7.app)
-        } else {
-            f.l7.proto.category()
-        };
+        if f.l7.category == Category::Unspecified {
+            f.l7.category = if f.l7.app.is_known() {
+                self.cfg.services.category_of(f.l7.app)
+            } else {
+                f.l7.proto.category()
+            };
+        }
     }
 }
 

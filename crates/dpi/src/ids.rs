@@ -236,6 +236,21 @@ protos! {
     AMAZON_AWS = 265, "AmazonAWS", Cloud;
 }
 
+/// Names of protocols outside [`TABLE`], learnt from a DPI backend (nDPI's full list).
+static EXTRA_NAMES: std::sync::OnceLock<std::collections::HashMap<u16, &'static str>> =
+    std::sync::OnceLock::new();
+
+/// Registers names for protocol numbers sonde's table lacks (once per process; later calls
+/// are ignored). The strings live for the rest of the process.
+pub fn register_extra_names(names: Vec<(u16, String)>) {
+    let map = names
+        .into_iter()
+        .filter(|(id, _)| !TABLE.iter().any(|e| e.0 == *id))
+        .map(|(id, n)| (id, &*Box::leak(n.into_boxed_str())))
+        .collect();
+    let _ = EXTRA_NAMES.set(map);
+}
+
 impl Proto {
     pub fn is_known(self) -> bool {
         self.0 != 0
@@ -247,7 +262,13 @@ impl Proto {
 
     /// nDPI's display name, or `Unknown`.
     pub fn name(self) -> &'static str {
-        self.entry().map(|e| e.1).unwrap_or("Unknown")
+        if let Some(e) = self.entry() {
+            return e.1;
+        }
+        EXTRA_NAMES
+            .get()
+            .and_then(|m| m.get(&self.0).copied())
+            .unwrap_or("Unknown")
     }
 
     pub fn category(self) -> Category {

@@ -17,10 +17,12 @@
 mod engine;
 pub mod ids;
 pub mod meta;
+#[cfg(feature = "ndpi")]
+pub mod ndpi;
 pub mod proto;
 pub mod service;
 
-pub use engine::{Dpi, DpiConfig, FlowDpi};
+pub use engine::{Backend, Dpi, DpiConfig, FlowCtx, FlowDpi, Scratch, NDPI_AVAILABLE};
 pub use ids::{Category, Proto};
 pub use meta::Meta;
 pub use service::Services;

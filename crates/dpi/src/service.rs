@@ -25,8 +25,10 @@ const BUILTIN: &str = include_str!("../data/services.txt");
 pub struct Services {
     /// Lower-case name suffix → application.
     names: HashMap<String, Proto>,
-    /// Per prefix length (IPv4 as ::ffff:a.b.c.d, so one table): masked address → application.
-    blocks: Vec<(u8, HashMap<u128, Proto>)>,
+    /// IPv4 blocks (as ::ffff:a.b.c.d) and IPv6 blocks, apart so each lookup only walks the
+    /// prefix lengths of its family.
+    v4: Blocks,
+    v6: Blocks,
     categories: HashMap<Proto, Category>,
 }
 
@@ -99,17 +101,12 @@ impl Services {
                         ))
                     })?;
                     let p = app(cols[2])?;
-                    let masked = mask(addr, len);
-                    match self.blocks.iter_mut().find(|(l, _)| *l == len) {
-                        Some((_, m)) => {
-                            m.insert(masked, p);
-                        }
-                        None => {
-                            self.blocks.push((len, HashMap::from([(masked, p)])));
-                            // Longest prefix first.
-                            self.blocks.sort_by_key(|b| std::cmp::Reverse(b.0));
-                        }
-                    }
+                    let fam = if is_v4_mapped(addr) && len >= 96 {
+                        &mut self.v4
+                    } else {
+                        &mut self.v6
+                    };
+                    fam.insert(addr, len, p);
                 }
                 "category" => {
                     let p = app(cols[1])?;
@@ -149,14 +146,12 @@ impl Services {
 
     /// The application of an address (16 bytes; IPv4 in the first 4 when `ip_version == 4`).
     pub fn by_addr(&self, addr: &[u8; 16], ip_version: u8) -> Option<Proto> {
-        let a = if ip_version == 4 {
-            v4_mapped([addr[0], addr[1], addr[2], addr[3]])
+        if ip_version == 4 {
+            self.v4
+                .find(v4_mapped([addr[0], addr[1], addr[2], addr[3]]), addr[0])
         } else {
-            u128::from_be_bytes(*addr)
-        };
-        self.blocks
-            .iter()
-            .find_map(|(len, m)| m.get(&mask(a, *len)).copied())
+            self.v6.find(u128::from_be_bytes(*addr), addr[0])
+        }
     }
 
     pub fn category_of(&self, app: Proto) -> Category {
@@ -167,12 +162,72 @@ impl Services {
     }
 
     pub fn len(&self) -> usize {
-        self.names.len() + self.blocks.iter().map(|(_, m)| m.len()).sum::<usize>()
+        self.names.len() + self.v4.len() + self.v6.len()
     }
 
     pub fn is_empty(&self) -> bool {
         self.len() == 0
     }
+}
+
+/// The blocks of one address family. Looked up once per flow, when its label is settled: a
+/// bitmap of first address bytes rejects most addresses at once; otherwise one binary search
+/// per prefix length, longest first.
+#[derive(Clone, Debug, Default)]
+struct Blocks {
+    /// (prefix length, sorted (masked address, application)).
+    by_len: Vec<(u8, Vec<(u128, Proto)>)>,
+    /// Bit b set when some block covers addresses whose first byte is b.
+    first_bytes: [u64; 4],
+}
+
+impl Blocks {
+    fn insert(&mut self, addr: u128, len: u8, p: Proto) {
+        let masked = mask(addr, len);
+        let i = match self.by_len.iter().position(|(l, _)| *l == len) {
+            Some(i) => i,
+            None => {
+                self.by_len.push((len, Vec::new()));
+                self.by_len.sort_by_key(|b| std::cmp::Reverse(b.0));
+                self.by_len.iter().position(|(l, _)| *l == len).unwrap_or(0)
+            }
+        };
+        let v = &mut self.by_len[i].1;
+        match v.binary_search_by_key(&masked, |e| e.0) {
+            Ok(j) => v[j].1 = p,
+            Err(j) => v.insert(j, (masked, p)),
+        }
+        // First bytes covered: the block's first byte (in the family's own numbering) and,
+        // for a block shorter than 8 bits, every byte under it.
+        let (first, bits) = if is_v4_mapped(addr) && len >= 96 {
+            ((masked >> 24) as u8, len - 96)
+        } else {
+            ((masked >> 120) as u8, len)
+        };
+        let span = if bits >= 8 { 1 } else { 1u16 << (8 - bits) };
+        for b in first as u16..(first as u16 + span).min(256) {
+            self.first_bytes[(b / 64) as usize] |= 1 << (b % 64);
+        }
+    }
+
+    #[inline]
+    fn find(&self, a: u128, first_byte: u8) -> Option<Proto> {
+        if self.first_bytes[(first_byte / 64) as usize] & (1 << (first_byte % 64)) == 0 {
+            return None;
+        }
+        self.by_len.iter().find_map(|(len, v)| {
+            let m = mask(a, *len);
+            v.binary_search_by_key(&m, |e| e.0).ok().map(|j| v[j].1)
+        })
+    }
+
+    fn len(&self) -> usize {
+        self.by_len.iter().map(|(_, v)| v.len()).sum()
+    }
+}
+
+fn is_v4_mapped(a: u128) -> bool {
+    a >> 32 == 0xffff
 }
 
 fn v4_mapped(o: [u8; 4]) -> u128 {
@@ -243,6 +298,10 @@ mod tests {
         assert_eq!(s.by_addr(&v4([11, 2, 2, 3]), 4), None);
         let v6: std::net::Ipv6Addr = "2a03:2880:f003::1".parse().unwrap();
         assert_eq!(s.by_addr(&v6.octets(), 6), Some(Proto::FACEBOOK));
+        // A block shorter than one byte covers every first byte under it.
+        s.load("t", "ip 128.0.0.0/2 Dropbox\n").unwrap();
+        assert_eq!(s.by_addr(&v4([191, 1, 1, 1]), 4), Some(Proto::DROPBOX));
+        assert_eq!(s.by_addr(&v4([192, 1, 1, 1]), 4), None);
     }
 
     #[test]

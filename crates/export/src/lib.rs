@@ -54,6 +54,38 @@ pub const FLOW_COLUMNS: &[&str] = &[
     "TUNNEL",
     "FRAGMENTS",
     "FLOW_END_REASON",
+    "L7_PROTO",
+    "L7_PROTO_NAME",
+    "L7_CATEGORY",
+    "L7_CONFIDENCE",
+    "SERVER_NAME",
+    "HTTP_METHOD",
+    "HTTP_URL",
+    "HTTP_HOST",
+    "HTTP_USER_AGENT",
+    "HTTP_MIME",
+    "HTTP_RET_CODE",
+    "TLS_SERVER_NAME",
+    "TLS_VERSION",
+    "TLS_SERVER_VERSION",
+    "TLS_CIPHER",
+    "TLS_ALPN",
+    "JA3C_HASH",
+    "JA4C_HASH",
+    "JA3S_HASH",
+    "TLS_CERT_NAMES",
+    "QUIC_VERSION",
+    "DNS_QUERY",
+    "DNS_QUERY_TYPE",
+    "DNS_RET_CODE",
+    "DNS_ANSWERS",
+    "DHCP_CLIENT_NAME",
+    "DHCP_VENDOR_CLASS",
+    "SSH_CLIENT_BANNER",
+    "SSH_SERVER_BANNER",
+    "SSH_HASSH_CLIENT",
+    "SSH_HASSH_SERVER",
+    "L7_BANNER",
 ];
 
 pub fn format_addr(out: &mut String, addr: &[u8; 16], ip_version: u8) {
@@ -187,6 +219,125 @@ fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) 
     put("FRAGMENTS", &mut buf, false);
     buf.push_str(r.reason.name());
     put("FLOW_END_REASON", &mut buf, true);
+    if f.dpi_done {
+        l7_fields(r, &mut field);
+    }
+}
+
+/// The application label and what DPI learned. Strings from the wire are passed as they are
+/// (capped, no control characters): the writers escape them.
+fn l7_fields(r: &FlowRecord, field: &mut impl FnMut(&str, Option<&str>, bool)) {
+    let l7 = &r.flow.l7;
+    field("L7_PROTO", Some(&l7.number()), true);
+    field("L7_PROTO_NAME", Some(&l7.name()), true);
+    field("L7_CATEGORY", Some(l7.category.name()), true);
+    field("L7_CONFIDENCE", Some(l7.confidence.name()), true);
+    let Some(m) = r.meta.as_deref() else { return };
+    let mut text = |name: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            field(name, Some(v), true);
+        }
+    };
+    text("SERVER_NAME", &m.server_name);
+    if let Some(h) = &m.http {
+        text("HTTP_METHOD", &h.method);
+        text("HTTP_URL", &h.url);
+        text("HTTP_HOST", &h.host);
+        text("HTTP_USER_AGENT", &h.user_agent);
+        text("HTTP_MIME", &h.content_type);
+    }
+    if let Some(t) = &m.tls {
+        text("TLS_SERVER_NAME", &t.sni);
+        text("TLS_ALPN", &t.alpn);
+        text("JA3C_HASH", &t.ja3);
+        text("JA4C_HASH", &t.ja4);
+        text("JA3S_HASH", &t.ja3s);
+        text("TLS_CERT_NAMES", &t.cert_names);
+    }
+    if let Some(d) = &m.dns {
+        text("DNS_QUERY", &d.query);
+        if !d.answers.is_empty() {
+            text("DNS_ANSWERS", &Some(d.answers.join(",")));
+        }
+    }
+    if let Some(d) = &m.dhcp {
+        text("DHCP_CLIENT_NAME", &d.hostname);
+        text("DHCP_VENDOR_CLASS", &d.vendor_class);
+    }
+    if let Some(s) = &m.ssh {
+        text("SSH_CLIENT_BANNER", &s.client_banner);
+        text("SSH_SERVER_BANNER", &s.server_banner);
+        text("SSH_HASSH_CLIENT", &s.hassh_client);
+        text("SSH_HASSH_SERVER", &s.hassh_server);
+    }
+    text("L7_BANNER", &m.banner);
+    let mut num = |name: &str, n: u64| field(name, Some(&n.to_string()), false);
+    if let Some(h) = &m.http {
+        if h.status != 0 {
+            num("HTTP_RET_CODE", h.status as u64);
+        }
+    }
+    if let Some(t) = &m.tls {
+        for (name, v) in [
+            ("TLS_VERSION", t.client_version),
+            ("TLS_SERVER_VERSION", t.server_version),
+            ("TLS_CIPHER", t.cipher),
+        ] {
+            if v != 0 {
+                num(name, v as u64);
+            }
+        }
+    }
+    if let Some(v) = m.quic_version {
+        num("QUIC_VERSION", v as u64);
+    }
+    if let Some(d) = &m.dns {
+        num("DNS_QUERY_TYPE", d.qtype as u64);
+        if let Some(rc) = d.rcode {
+            num("DNS_RET_CODE", rc as u64);
+        }
+    }
+}
+
+/// Appends `v` as the inside of a JSON string. Besides what JSON requires, `<`, `>` and `&` are
+/// escaped too: values that came off the wire stay inert if the line is embedded in HTML.
+pub fn push_json_str(line: &mut String, v: &str) {
+    for c in v.chars() {
+        match c {
+            '"' => line.push_str("\\\""),
+            '\\' => line.push_str("\\\\"),
+            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                let _ = write!(line, "\\u{:04x}", c as u32);
+            }
+            c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                let _ = write!(line, "\\u{:04x}", c as u32);
+            }
+            c => line.push(c),
+        }
+    }
+}
+
+/// Appends `v` as one CSV cell: quoted when it holds a separator, quote or line break, and with
+/// a leading `'` when it starts like a spreadsheet formula (`=`, `+`, `-`, `@`), so a value from
+/// the wire cannot run as a formula when the file is opened.
+pub fn push_csv_cell(line: &mut String, v: &str) {
+    let formula = v.starts_with(['=', '+', '-', '@']) && v.parse::<f64>().is_err();
+    let quote = formula || v.contains([',', '"', '\n', '\r']);
+    if quote {
+        line.push('"');
+    }
+    if formula {
+        line.push('\'');
+    }
+    for c in v.chars() {
+        if c == '"' {
+            line.push('"');
+        }
+        line.push(c);
+    }
+    if quote {
+        line.push('"');
+    }
 }
 
 /// Writes flow records to any `Write`, one line each.
@@ -225,9 +376,7 @@ impl<W: Write> FlowWriter<W> {
                         line.push_str("\":");
                         if is_str {
                             line.push('"');
-                            // Every string here is an address, MAC or fixed name: no escaping
-                            // needed; wire strings (SNI, hosts) will go through a JSON escaper.
-                            line.push_str(v);
+                            push_json_str(line, v);
                             line.push('"');
                         } else {
                             line.push_str(v);
@@ -255,7 +404,7 @@ impl<W: Write> FlowWriter<W> {
                         self.line.push(',');
                     }
                     if let Some(c) = c {
-                        self.line.push_str(c);
+                        push_csv_cell(&mut self.line, c);
                     }
                 }
                 self.line.push('\n');
@@ -329,7 +478,50 @@ mod tests {
         FlowRecord {
             flow,
             reason: EndReason::IdleTimeout,
+            meta: None,
         }
+    }
+
+    /// A record whose DPI metadata came off the wire with markup, quotes, a formula and
+    /// control characters in it.
+    fn hostile() -> FlowRecord {
+        let mut r = record();
+        r.flow.dpi_done = true;
+        r.flow.l7.proto = sonde_dpi::Proto::HTTP;
+        r.meta = Some(Box::new(sonde_dpi::Meta {
+            server_name: Some("<script>alert(\"x\")</script>".into()),
+            http: Some(sonde_dpi::meta::Http {
+                url: Some("/a,b\\c\u{1}".into()),
+                user_agent: Some("=cmd|' /C calc'!A0".into()),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }));
+        r
+    }
+
+    #[test]
+    fn wire_strings_are_escaped_in_json() {
+        let mut w = FlowWriter::new(Vec::new(), Format::Json);
+        w.write(&hostile()).unwrap();
+        let text = String::from_utf8(w.out).unwrap();
+        assert!(!text.contains('<') && !text.contains('>'), "{text}");
+        assert!(!text.contains('\u{1}'), "{text}");
+        let v: serde_json::Value = serde_json::from_str(text.trim()).unwrap();
+        assert_eq!(v["SERVER_NAME"], "<script>alert(\"x\")</script>");
+        assert_eq!(v["HTTP_URL"], "/a,b\\c\u{1}");
+        assert_eq!(v["L7_PROTO_NAME"], "HTTP");
+    }
+
+    #[test]
+    fn wire_strings_are_quoted_in_csv() {
+        let mut w = FlowWriter::new(Vec::new(), Format::Csv);
+        w.write(&hostile()).unwrap();
+        let text = String::from_utf8(w.out).unwrap();
+        let row = text.lines().nth(1).unwrap();
+        assert!(row.contains("\"/a,b\\c\u{1}\""), "{row}");
+        // A formula from the wire is neutralised: quoted, with a leading apostrophe.
+        assert!(row.contains("\"'=cmd|' /C calc'!A0\""), "{row}");
     }
 
     #[test]

@@ -11,7 +11,80 @@ use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
+use sonde_dpi::{Dpi, FlowDpi, Meta};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
+
+mod l7;
+
+/// Bytes of one packet's payload kept for DPI (a TLS ClientHello's first segment fits).
+pub const DPI_PAYLOAD_MAX: usize = 2048;
+
+/// Where one packet's bytes for DPI are in a [`Payloads`] buffer: the IP packet (from its
+/// header) is `bytes[off..off + len]`, its transport payload starts `payload_at` bytes in.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Span {
+    pub off: u32,
+    pub len: u32,
+    pub payload_at: u32,
+}
+
+/// Payload bytes of a batch of decoded packets, for DPI: `spans[i]` is packet i's; empty
+/// `spans` when DPI is off.
+#[derive(Clone, Copy, Debug)]
+pub struct Payloads<'a> {
+    pub bytes: &'a [u8],
+    pub spans: &'a [Span],
+}
+
+impl Payloads<'_> {
+    pub const NONE: Payloads<'static> = Payloads {
+        bytes: &[],
+        spans: &[],
+    };
+
+    /// Packet i's (IP packet, transport payload), when it has a payload.
+    #[inline(always)]
+    fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        let s = self.spans.get(i)?;
+        if s.len <= s.payload_at {
+            return None;
+        }
+        let ip = self.bytes.get(s.off as usize..(s.off + s.len) as usize)?;
+        Some((ip, ip.get(s.payload_at as usize..)?))
+    }
+}
+
+/// Copies a decoded packet's transport payload (at most [`DPI_PAYLOAD_MAX`] bytes) to `bytes`,
+/// with the IP and transport headers before it when `with_headers` (nDPI wants the whole IP
+/// packet), and returns its span; an empty span when it has no captured payload.
+#[inline]
+pub fn copy_payload(d: &Decoded, frame: &[u8], bytes: &mut Vec<u8>, with_headers: bool) -> Span {
+    let start = d.payload_offset as usize;
+    let ip = if with_headers {
+        d.ip_offset as usize
+    } else {
+        start
+    };
+    if d.payload_len == 0 || start < ip || (with_headers && start == ip) {
+        return Span::default();
+    }
+    let end = start
+        .saturating_add(d.payload_len as usize)
+        .min(start.saturating_add(DPI_PAYLOAD_MAX))
+        .min(frame.len());
+    match frame.get(ip..end) {
+        Some(p) if p.len() > start - ip => {
+            let off = bytes.len() as u32;
+            bytes.extend_from_slice(p);
+            Span {
+                off,
+                len: p.len() as u32,
+                payload_at: (start - ip) as u32,
+            }
+        }
+        _ => Span::default(),
+    }
+}
 
 /// What to do with a packet that would open a new flow when the table is full.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -88,6 +161,20 @@ pub struct Engine {
     ts: [u64; BATCH],
     pending: usize,
     scratch: Option<Box<BatchScratch>>,
+    /// Payloads of the pending batch (DPI only).
+    arena: Option<Box<Arena>>,
+    dpi: Option<Dpi>,
+    /// DPI state of the flows still on the DPI path, by flow slot.
+    dpi_active: Vec<Option<Box<FlowDpi>>>,
+    /// What DPI learned about flows that left the DPI path, by flow slot, until they end.
+    dpi_meta: Vec<Option<Box<Meta>>>,
+}
+
+struct Arena {
+    /// Copy IP and transport headers too (the nDPI backend).
+    headers: bool,
+    bytes: Vec<u8>,
+    spans: [Span; BATCH],
 }
 
 /// Per-batch working arrays of [`Engine::account`], kept between batches.
@@ -123,12 +210,33 @@ impl Engine {
                 tags: [0; BATCH],
             })),
             decoder: Decoder::default(),
+            arena: None,
+            dpi: None,
+            dpi_active: Vec::new(),
+            dpi_meta: Vec::new(),
             cfg: EngineConfig { max_flows, ..cfg },
         }
     }
 
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
+    }
+
+    /// Turns application detection on (with this detector set) or off.
+    pub fn set_dpi(&mut self, dpi: Option<Dpi>) {
+        self.flush_batch();
+        self.arena = dpi.as_ref().map(|d| {
+            Box::new(Arena {
+                headers: d.backend() == sonde_dpi::Backend::Ndpi,
+                bytes: Vec::with_capacity(BATCH * 256),
+                spans: [Span::default(); BATCH],
+            })
+        });
+        self.dpi = dpi;
+    }
+
+    pub fn dpi_enabled(&self) -> bool {
+        self.dpi.is_some()
     }
 
     /// Decodes and accounts raw frames of one link type.
@@ -161,6 +269,9 @@ impl Engine {
         {
             Ok(Outcome::Ip) => {
                 self.ts[n] = f.ts_ns;
+                if let Some(a) = self.arena.as_mut() {
+                    a.spans[n] = copy_payload(&decoded[n], f.data, &mut a.bytes, a.headers);
+                }
                 self.pending = n + 1;
                 if self.pending == BATCH {
                     self.flush_batch();
@@ -182,13 +293,25 @@ impl Engine {
         // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
         if let Some(decoded) = self.decoded.take() {
             let ts = self.ts;
-            self.account(&decoded[..n], &ts[..n]);
+            match self.arena.take() {
+                Some(mut a) => {
+                    let p = Payloads {
+                        bytes: &a.bytes,
+                        spans: &a.spans[..n],
+                    };
+                    self.account(&decoded[..n], &ts[..n], p);
+                    a.bytes.clear();
+                    self.arena = Some(a);
+                }
+                None => self.account(&decoded[..n], &ts[..n], Payloads::NONE),
+            }
             self.decoded = Some(decoded);
         }
     }
 
-    /// Accounts packets decoded elsewhere (the reader thread of a multi-shard run).
-    pub fn process_decoded(&mut self, packets: &[Decoded], ts: &[u64]) {
+    /// Accounts packets decoded elsewhere (the reader thread of a multi-shard run), with their
+    /// payloads when DPI is on ([`copy_payload`] fills them).
+    pub fn process_decoded(&mut self, packets: &[Decoded], ts: &[u64], payloads: Payloads<'_>) {
         let mut start = 0;
         while start < packets.len() {
             let mut end = start;
@@ -199,7 +322,11 @@ impl Engine {
                 self.tick(ts[start]);
                 continue;
             }
-            self.account(&packets[start..end], &ts[start..end]);
+            let p = Payloads {
+                bytes: payloads.bytes,
+                spans: payloads.spans.get(start..end).unwrap_or(&[]),
+            };
+            self.account(&packets[start..end], &ts[start..end], p);
             start = end;
         }
     }
@@ -212,7 +339,7 @@ impl Engine {
 
     /// The hot path: up to [`BATCH`] decoded IP packets.
     #[inline]
-    fn account(&mut self, pkts: &[Decoded], ts: &[u64]) {
+    fn account(&mut self, pkts: &[Decoded], ts: &[u64], payloads: Payloads<'_>) {
         let n = pkts.len();
         if n == 0 {
             return;
@@ -223,14 +350,19 @@ impl Engine {
         self.index.reserve(n);
         if self.live_flows <= PREFETCH_MIN_FLOWS {
             // The table is in cache: one pass, no arrays to fill.
-            for (p, &t) in pkts.iter().zip(ts) {
+            for (i, (p, &t)) in pkts.iter().zip(ts).enumerate() {
                 let (key, dir) = FlowKey::from_packet(p);
                 let tag = key.hash() as u32;
                 let slot = self.lookup_or_create(&key, tag, dir, p, t);
                 self.update(slot, dir, p, t);
+                if let Some((ip, payload)) = payloads.get(i) {
+                    if self.needs_dpi(slot) {
+                        self.dpi_packet(slot, dir, p, ip, payload, t);
+                    }
+                }
             }
         } else {
-            self.account_prefetching(pkts, ts);
+            self.account_prefetching(pkts, ts, payloads);
         }
         let newest = ts[..n].iter().copied().max().unwrap_or(0);
         if newest > self.now_ns {
@@ -250,7 +382,7 @@ impl Engine {
     }
 
     /// A large table: three passes so memory latency overlaps across the batch.
-    fn account_prefetching(&mut self, pkts: &[Decoded], ts: &[u64]) {
+    fn account_prefetching(&mut self, pkts: &[Decoded], ts: &[u64], payloads: Payloads<'_>) {
         let n = pkts.len();
         // Scratch lives in the engine: no per-batch initialisation.
         let mut scratch = self.scratch.take().expect("scratch present");
@@ -273,6 +405,11 @@ impl Engine {
         for i in 0..n {
             let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], ts[i]);
             self.update(slot, dirs[i], &pkts[i], ts[i]);
+            if let Some((ip, payload)) = payloads.get(i) {
+                if self.needs_dpi(slot) {
+                    self.dpi_packet(slot, dirs[i], &pkts[i], ip, payload, ts[i]);
+                }
+            }
         }
         self.scratch = Some(scratch);
     }
@@ -409,8 +546,14 @@ impl Engine {
             }
         }
         f.live = false;
-        let record = FlowRecord { flow: *f, reason };
-        let tag = f.key.hash() as u32;
+        let key = f.key;
+        let meta = self.dpi_end(slot);
+        let record = FlowRecord {
+            flow: self.flows[slot as usize],
+            reason,
+            meta,
+        };
+        let tag = key.hash() as u32;
         self.index.remove(tag, slot);
         self.free.push(slot);
         self.live_flows -= 1;
@@ -461,6 +604,8 @@ impl Engine {
                 self.expired.push(FlowRecord {
                     flow: *f,
                     reason: EndReason::ActiveTimeout,
+                    // The metadata stays with the flow too, for its later records.
+                    meta: self.dpi_meta.get(slot).cloned().flatten(),
                 });
                 self.stats.flows_ended[EndReason::ActiveTimeout as usize] += 1;
                 f.pkts = [0, 0];
@@ -565,7 +710,9 @@ impl Engine {
             // touched (resident): count those.
             + self.flows.len() * std::mem::size_of::<Flow>()
             + self.free.capacity() * 4
-            + self.hosts.memory_bytes()) as u64;
+            + self.hosts.memory_bytes()
+            + (self.dpi_active.capacity() + self.dpi_meta.capacity()) * 8)
+            as u64;
         s.last_packet_ns = self.now_ns;
         s
     }

@@ -5,6 +5,7 @@
 //! "in" the way nProbe does. The first cache line holds what every packet touches.
 
 use crate::key::{Dir, FlowKey};
+use sonde_dpi::{Meta, L7};
 use sonde_wire::{tcpflags, Decoded, Tunnel};
 
 pub const NO_HOST: u32 = u32::MAX;
@@ -125,6 +126,10 @@ pub struct Flow {
     pub icmp_type_code: u16,
     pub live: bool,
     pub fragments: u32,
+    /// Application label (protocol, service, category, how it was found).
+    pub l7: L7,
+    /// The flow has left the DPI path (or DPI is off): `l7` is final.
+    pub dpi_done: bool,
 }
 
 impl Default for Flow {
@@ -156,15 +161,19 @@ impl Default for Flow {
             icmp_type_code: 0,
             live: false,
             fragments: 0,
+            l7: L7::default(),
+            dpi_done: false,
         }
     }
 }
 
 /// A flow as handed to sinks when it ends (or reaches its active timeout).
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub struct FlowRecord {
     pub flow: Flow,
     pub reason: EndReason,
+    /// What DPI learned (server name, HTTP/DNS/TLS fields, …), when it learned anything.
+    pub meta: Option<Box<Meta>>,
 }
 
 impl Flow {

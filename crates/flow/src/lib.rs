@@ -18,7 +18,7 @@ pub mod key;
 pub mod stats;
 pub mod table;
 
-pub use engine::{Engine, EngineConfig, FullPolicy, PacketRef};
+pub use engine::{copy_payload, Engine, EngineConfig, FullPolicy, PacketRef, Payloads, Span};
 pub use flow::{EndReason, Flow, FlowRecord};
 pub use host::{Host, HostTable};
 pub use key::FlowKey;

@@ -1,4 +1,5 @@
 use sonde_capture::SyntheticSpec;
+use sonde_dpi::DpiConfig;
 use sonde_export::Format;
 use sonde_flow::EngineConfig;
 use std::path::PathBuf;
@@ -34,6 +35,8 @@ pub struct ProbeConfig {
     /// Where host records go as JSON lines (`-` for standard output): one per host when it is
     /// purged (idle and flowless), then every remaining host, merged across shards, at the end.
     pub hosts_out: Option<PathBuf>,
+    /// Built-in application detection (`None`: off).
+    pub dpi: Option<DpiConfig>,
 }
 
 impl ProbeConfig {
@@ -47,6 +50,7 @@ impl ProbeConfig {
             flows_out: None,
             duration: None,
             hosts_out: None,
+            dpi: Some(DpiConfig::default()),
         }
     }
 }

@@ -6,8 +6,9 @@ use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
 };
+use sonde_dpi::{Backend, Dpi};
 use sonde_export::{host_json, FlowWriter};
-use sonde_flow::{Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
+use sonde_flow::{copy_payload, Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
 use sonde_wire::{Decoded, Decoder, Outcome};
 use std::collections::HashMap;
 use std::fmt;
@@ -357,7 +358,12 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         });
         shared.push(sh.clone());
         ctxs.push(ShardCtx {
-            engine: Engine::new(per_shard),
+            engine: {
+                let mut e = Engine::new(per_shard);
+                let dpi = cfg.dpi.clone().map(Dpi::new).transpose();
+                e.set_dpi(dpi.map_err(|e| ProbeError::Config(format!("--dpi: {e}")))?);
+                e
+            },
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
@@ -425,13 +431,14 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 }
                 let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
                 let tick_ns = per_shard.tick_ns;
+                let dpi = cfg.dpi.as_ref().map(|d| d.backend);
                 reader = Some(
                     std::thread::Builder::new()
                         .name("reader".into())
                         .spawn(move || {
                             read_and_dispatch(
                                 src, filters, pacer, txs, recycle_rx, progress, error, stop,
-                                tick_ns,
+                                tick_ns, dpi,
                             )
                         })
                         .map_err(|e| {
@@ -501,7 +508,10 @@ fn read_and_dispatch(
     error: Arc<Mutex<Option<CaptureError>>>,
     stop: Arc<AtomicBool>,
     tick_ns: u64,
+    dpi: Option<Backend>,
 ) -> ShardStats {
+    let headers = dpi == Some(Backend::Ndpi);
+    let dpi = dpi.is_some();
     let n = txs.len() as u64;
     let tick_ns = tick_ns.max(1);
     let mut stats = ShardStats::default();
@@ -509,6 +519,8 @@ fn read_and_dispatch(
     let new_batch = || DecodedBatch {
         pkts: Vec::with_capacity(DISPATCH_BATCH),
         ts: Vec::with_capacity(DISPATCH_BATCH),
+        payload_bytes: Vec::new(),
+        spans: Vec::new(),
         clock_ns: 0,
     };
     let mut batches: Vec<DecodedBatch> = (0..n).map(|_| new_batch()).collect();
@@ -552,6 +564,10 @@ fn read_and_dispatch(
                         let (key, _) = FlowKey::from_packet(&d);
                         let shard = ((key.hash() >> 32) % n) as usize;
                         let b = &mut batches[shard];
+                        if dpi {
+                            let span = copy_payload(&d, f.data, &mut b.payload_bytes, headers);
+                            b.spans.push(span);
+                        }
                         b.pkts.push(d);
                         b.ts.push(f.ts_ns);
                         if b.pkts.len() == DISPATCH_BATCH {

@@ -2,7 +2,9 @@
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
-use sonde_flow::{EndReason, Engine, Flow, FlowRecord, Host, PacketRef, ShardStats};
+use sonde_flow::{
+    EndReason, Engine, Flow, FlowRecord, Host, PacketRef, Payloads, ShardStats, Span,
+};
 use sonde_wire::{Decoded, LinkType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -27,6 +29,9 @@ pub(crate) struct Shared {
 pub(crate) struct DecodedBatch {
     pub pkts: Vec<Decoded>,
     pub ts: Vec<u64>,
+    /// Payload bytes for DPI (`spans[i]` for `pkts[i]`); both empty when DPI is off.
+    pub payload_bytes: Vec<u8>,
+    pub spans: Vec<Span>,
     /// The reader's packet clock when it sent the batch (0: none). A shard runs its timeouts
     /// at this time even when none of its own packets reached it, so expiry does not depend
     /// on how flows are spread over shards.
@@ -289,12 +294,18 @@ pub(crate) fn run_decoded(
     recycle: Sender<DecodedBatch>,
 ) -> ShardOutput {
     while let Ok(mut batch) = rx.recv() {
-        ctx.engine.process_decoded(&batch.pkts, &batch.ts);
+        let payloads = Payloads {
+            bytes: &batch.payload_bytes,
+            spans: &batch.spans,
+        };
+        ctx.engine.process_decoded(&batch.pkts, &batch.ts, payloads);
         if batch.clock_ns != 0 {
             ctx.engine.tick_if_due(batch.clock_ns);
         }
         batch.pkts.clear();
         batch.ts.clear();
+        batch.payload_bytes.clear();
+        batch.spans.clear();
         batch.clock_ns = 0;
         let _ = recycle.try_send(batch);
         ctx.housekeeping();

@@ -7,6 +7,7 @@
 use anyhow::{bail, Context, Result};
 use clap::{Parser, ValueEnum};
 use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
+use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
 use sonde_probe::{format_count, stats_line, summary_json, Input, ProbeConfig, Replay};
@@ -83,6 +84,13 @@ struct Cli {
     /// Stop a live or synthetic run after SECS seconds.
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
+    /// Application detection: off, builtin (sonde's own detectors) or ndpi.
+    #[arg(long, value_enum, default_value_t = DpiArg::Builtin)]
+    dpi: DpiArg,
+    /// Extra service rules (host names and address blocks → application), in the format of
+    /// crates/dpi/data/services.txt; may be given several times.
+    #[arg(long, value_name = "FILE")]
+    dpi_services: Vec<PathBuf>,
     /// No progress bar and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     quiet: bool,
@@ -92,6 +100,13 @@ struct Cli {
 enum ReplayArg {
     Fast,
     Realtime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum DpiArg {
+    Off,
+    Builtin,
+    Ndpi,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -119,6 +134,29 @@ fn parse_count(s: &str) -> Result<usize, String> {
             "'{s}' is not a positive count (examples: 500000, 500k, 2M)"
         )),
     }
+}
+
+fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
+    let backend = match cli.dpi {
+        DpiArg::Off => return Ok(None),
+        DpiArg::Builtin => Backend::Builtin,
+        DpiArg::Ndpi if !NDPI_AVAILABLE => bail!(
+            "--dpi ndpi: this sonde was built without the nDPI backend; use --dpi builtin, or \
+             rebuild with 'cargo build --release --features ndpi' (needs Debian's libndpi-dev)"
+        ),
+        DpiArg::Ndpi => Backend::Ndpi,
+    };
+    let mut services = Services::builtin();
+    for path in &cli.dpi_services {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--dpi-services: cannot read '{}'", path.display()))?;
+        services.load(&path.display().to_string(), &text)?;
+    }
+    Ok(Some(DpiConfig {
+        backend,
+        services: std::sync::Arc::new(services),
+        ..DpiConfig::default()
+    }))
 }
 
 fn main() -> ExitCode {
@@ -201,6 +239,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
     cfg.hosts_out = cli.hosts_out.clone();
+    cfg.dpi = dpi_config(&cli)?;
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")

@@ -125,6 +125,9 @@ pub struct Decoded {
     pub is_fragment: bool,
     /// Offset of the transport payload in the captured bytes (for DPI), when captured.
     pub payload_offset: u32,
+    /// Offset of the (inner) IP header in the captured bytes (for DPI backends that want the
+    /// whole IP packet, as nDPI does).
+    pub ip_offset: u32,
 }
 
 /// Counters the decoder keeps about what it saw (not errors).
@@ -291,6 +294,7 @@ fn fast_ethernet_ipv4(data: &[u8], wire_len: usize, out: &mut Decoded) -> bool {
     out.dport = dport;
     out.payload_len = payload_len as u32;
     out.payload_offset = payload_offset as u32;
+    out.ip_offset = 14;
     out.tcp_flags = flags;
     out.tcp_seq = seq;
     out.tcp_ack = ack;
@@ -460,6 +464,7 @@ impl Parse<'_, '_> {
         let frag = u16::from_be_bytes([h[6], h[7]]);
         let proto = h[9];
         let o = &mut *self.out;
+        o.ip_offset = off as u32;
         o.ip_version = 4;
         o.tos = h[1];
         o.proto = proto;
@@ -506,6 +511,7 @@ impl Parse<'_, '_> {
         o.ip_version = 6;
         o.tos = ((u16::from_be_bytes([h[0], h[1]]) >> 4) & 0xff) as u8;
         o.ip_len = total as u32;
+        o.ip_offset = off as u32;
         o.src.copy_from_slice(&h[8..24]);
         o.dst.copy_from_slice(&h[24..40]);
         o.sport = 0;

@@ -4,8 +4,9 @@
 //! the crate docs: no panic on any bytes, `No` as soon as the payload cannot be its protocol
 //! (so it costs nothing on later packets), metadata into `f.meta` as capped wire strings.
 //!
-//! Users of `Scratch::state` (index: detector): 0: text protocols (mail, ftp) line state;
-//! 1: rtp (last sequence number + 1); 2: bittorrent; 3: stun.
+//! Users of `Scratch::state` (index: detector, layout documented in its module): 0: the text
+//! protocols (mail.rs, ftp.rs); 1: rtp.rs; 2: bittorrent.rs (uTP connection id); 3: http.rs
+//! (CONNECT tunnel open).
 
 use crate::engine::FlowDpi;
 use crate::{Pkt, Proto, Verdict, L4};

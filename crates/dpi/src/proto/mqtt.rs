@@ -1,8 +1,153 @@
-//! mqtt detector (not written yet).
+//! MQTT over TCP (MQTT 3.1 `MQIsdp`, 3.1.1 and 5 `MQTT`).
+//!
+//! Why: MQTT is the publish/subscribe transport of IoT devices; labelling it tells device
+//! telemetry apart from other TCP traffic. A session starts with the client's CONNECT: fixed
+//! header `0x10`, a remaining length of one to four varint bytes, then the protocol name and
+//! level, which together are distinctive. A flow seen from the server's CONNACK on (`20 02 ..`,
+//! four bytes) is claimed only on the MQTT ports 1883/8883, since those bytes alone are weak.
 
 use crate::engine::FlowDpi;
-use crate::{Pkt, Verdict};
+use crate::{Pkt, Proto, Verdict, L4};
 
-pub fn detect(_p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
-    Verdict::No
+/// Decodes the remaining-length varint starting at `b[1]`; returns (value, header length).
+fn remaining_length(b: &[u8]) -> Option<(usize, usize)> {
+    let mut value = 0usize;
+    for i in 0..4 {
+        let byte = *b.get(1 + i)?;
+        value |= usize::from(byte & 0x7f) << (7 * i);
+        if byte & 0x80 == 0 {
+            return Some((value, 2 + i));
+        }
+    }
+    None // a fifth length byte is malformed
+}
+
+fn connect(b: &[u8]) -> bool {
+    let Some((len, hdr)) = remaining_length(b) else {
+        return false;
+    };
+    let Some(var) = b.get(hdr..) else {
+        return false;
+    };
+    // Protocol name and level, then the connect flags (bit 0 is reserved and zero).
+    let (level, flags) = match var {
+        [0, 4, b'M', b'Q', b'T', b'T', level, flags, ..] => (*level, *flags),
+        [0, 6, b'M', b'Q', b'I', b's', b'd', b'p', level, flags, ..] => (*level, *flags),
+        _ => return false,
+    };
+    let name_len = if var[1] == 4 { 6 } else { 8 };
+    // Variable header is name + level + flags + keep alive (2) at least, plus a client id.
+    matches!(level, 3..=5) && flags & 0x01 == 0 && len >= name_len + 4 + 2
+}
+
+fn connack(p: &Pkt<'_>) -> bool {
+    p.index == 0
+        && !p.from_client
+        && (p.has_port(1883) || p.has_port(8883))
+        && matches!(p.payload, [0x20, 0x02, 0 | 1, 0..=5])
+}
+
+pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+    if p.l4 != L4::Tcp {
+        return Verdict::No;
+    }
+    let ok = match p.payload.first() {
+        Some(0x10) => connect(p.payload),
+        Some(0x20) => connack(p),
+        _ => false,
+    };
+    if ok {
+        Proto::MQTT.is(true)
+    } else {
+        Verdict::No
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn hex(s: &str) -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+
+    fn pkt(payload: &[u8], from_client: bool, sport: u16) -> Pkt<'_> {
+        Pkt {
+            payload,
+            l4: L4::Tcp,
+            from_client,
+            client_port: 41892,
+            server_port: sport,
+            index: 0,
+        }
+    }
+
+    // mqtt.pcap frame 2: MQTT 3.1 CONNECT (MQIsdp, level 3); frame 4: CONNACK.
+    const CONNECT_V3: &str = "104000064d514973647003c20014001663626161626362616261636262626262616161616162000c303244353035303232334433000c303244353035303232334433";
+    const CONNACK: &str = "20020000";
+    // mqtt.pcap frame 9 (first 64 bytes): MQTT 3.1.1 CONNECT with a 2-byte remaining length.
+    const CONNECT_V4: &str = "109a0200044d51545404c00258001050343737373549443137305732313230004a696f74617a6577706d6c69746875622e617a7572652d646576696365732e6e";
+
+    #[test]
+    fn connects() {
+        for h in [CONNECT_V3, CONNECT_V4] {
+            let b = hex(h);
+            let mut f = FlowDpi::default();
+            assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Proto::MQTT.is(true));
+            let mut f = FlowDpi::default();
+            assert_eq!(detect(&pkt(&b, true, 9999), &mut f), Proto::MQTT.is(true));
+        }
+        assert_eq!(remaining_length(&hex(CONNECT_V4)), Some((282, 3)));
+    }
+
+    #[test]
+    fn connack_only_on_mqtt_port() {
+        let b = hex(CONNACK);
+        let mut f = FlowDpi::default();
+        assert_eq!(detect(&pkt(&b, false, 1883), &mut f), Proto::MQTT.is(true));
+        assert_eq!(detect(&pkt(&b, false, 9999), &mut f), Verdict::No);
+        assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Verdict::No);
+    }
+
+    #[test]
+    fn not_mqtt() {
+        let mut f = FlowDpi::default();
+        let mut bad_level = hex(CONNECT_V4);
+        bad_level[9] = 9;
+        for b in [
+            &bad_level[..],
+            &b"GET / HTTP/1.1\r\n\r\n"[..],
+            &[0x10, 0xff, 0xff, 0xff, 0xff, 0x01][..],
+            &hex("16030100a5010000a10303")[..],
+        ] {
+            assert_eq!(detect(&pkt(b, true, 1883), &mut f), Verdict::No);
+        }
+    }
+
+    #[test]
+    fn never_panics() {
+        for h in [CONNECT_V3, CONNECT_V4, CONNACK] {
+            let b = hex(h);
+            for n in 0..=b.len() {
+                let mut f = FlowDpi::default();
+                let _ = detect(&pkt(&b[..n], true, 1883), &mut f);
+                let _ = detect(&pkt(&b[..n], false, 1883), &mut f);
+            }
+        }
+        let mut x: u32 = 0x7777_1234;
+        let mut buf = [0u8; 64];
+        for round in 0..3000 {
+            for b in buf.iter_mut() {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                *b = x as u8;
+            }
+            buf[0] = 0x10;
+            let mut f = FlowDpi::default();
+            let _ = detect(&pkt(&buf[..round % 64], true, 1883), &mut f);
+        }
+    }
 }
