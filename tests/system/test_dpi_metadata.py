@@ -66,6 +66,20 @@ def _tshark_first(pcap: Path, flt: str, field: str, l4: str):
 def test_metadata_matches_tshark(pcap, sonde, corpus, tshark_tools, tmp_path):
     if pcap is None:
         pytest.skip("no captures")
+    _compare(pcap, sonde, tmp_path)
+
+
+def test_synthetic_payloads_match_tshark(sonde, tshark_tools, tmp_path):
+    """The synthetic generator's payload=mix traffic (the DPI benchmark's input) written to a
+    pcap: tshark must read the same SNI, JA3, HTTP Host and DNS names as sonde."""
+    pcap = tmp_path / "mix.pcap"
+    p = sonde("--synthetic", "hosts=30,packets=90,payload=mix", "-w", pcap, "-q")
+    assert p.returncode == 0, p.stderr
+    checked = _compare(pcap, sonde, tmp_path)
+    assert checked >= 30, f"only {checked} values compared: the generator lost its payloads?"
+
+
+def _compare(pcap: Path, sonde, tmp_path: Path) -> int:
     flows = tmp_path / "flows.jsonl"
     p = sonde("-r", pcap, "--flows-out", flows, *ARGS)
     assert p.returncode == 0 and "panicked" not in p.stderr, p.stderr
@@ -97,3 +111,4 @@ def test_metadata_matches_tshark(pcap, sonde, corpus, tshark_tools, tmp_path):
         print(f"{pcap.name}: not compared: {e}")
     assert not problems, f"{pcap.name}: {len(problems)} of {checked} values differ:\n  " + \
         "\n  ".join(problems[:30])
+    return checked

@@ -23,7 +23,7 @@ pub mod writer;
 pub use error::CaptureError;
 pub use file::FileSource;
 pub use live::{CaptureDrops, LiveConfig, LiveSource, OfflineFilter};
-pub use synthetic::{SyntheticSource, SyntheticSpec};
+pub use synthetic::{Payload, SyntheticSource, SyntheticSpec};
 pub use writer::PcapWriter;
 
 /// One frame handed out by a source; `data` borrows the source's buffer until the next call.

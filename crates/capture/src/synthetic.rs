@@ -6,6 +6,10 @@
 //! so large host counts really miss the caches, as live traffic does. Frames come from a ring
 //! (like a NIC ring) whose addresses and ports are rewritten for each packet. With `random-src`
 //! every packet gets a random source address: a flood of new flows, for testing bounds.
+//! With `payload=http|tls|dns|mix` flows carry real application payloads (an HTTP GET over
+//! TCP port 80, a TLS ClientHello with SNI over TCP 443, a DNS query over UDP 53; `mix` gives
+//! flow j the kind j mod 3) so DPI has real work: frames are then as long as their payload
+//! needs, or `size` if that is longer.
 
 use crate::error::CaptureError;
 use crate::Frame;
@@ -18,6 +22,20 @@ pub struct SyntheticSpec {
     pub packets: Option<u64>,
     pub random_src: bool,
     pub seed: u64,
+    pub payload: Payload,
+}
+
+/// What the synthetic frames carry after their transport header.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub enum Payload {
+    /// UDP to port 80 with zero bytes (Cento's dummy traffic).
+    #[default]
+    Zero,
+    Http,
+    Tls,
+    Dns,
+    /// Flow j carries HTTP, TLS or DNS by j mod 3.
+    Mix,
 }
 
 impl SyntheticSpec {
@@ -32,6 +50,7 @@ impl SyntheticSpec {
             packets: None,
             random_src: false,
             seed: 1,
+            payload: Payload::Zero,
         };
         let mut have_hosts = false;
         for part in spec.split(',').map(str::trim).filter(|p| !p.is_empty()) {
@@ -59,6 +78,20 @@ impl SyntheticSpec {
                 "packets" => s.packets = Some(num(v)?),
                 "seed" => s.seed = num(v)?,
                 "random-src" => s.random_src = true,
+                "payload" => {
+                    s.payload = match v {
+                        "zero" => Payload::Zero,
+                        "http" => Payload::Http,
+                        "tls" => Payload::Tls,
+                        "dns" => Payload::Dns,
+                        "mix" => Payload::Mix,
+                        _ => {
+                            return Err(bad(format!(
+                                "payload must be zero, http, tls, dns or mix, got '{v}'"
+                            )))
+                        }
+                    }
+                }
                 _ => return Err(bad(format!("unknown key '{k}'"))),
             }
         }
@@ -75,11 +108,39 @@ impl SyntheticSpec {
     }
 }
 
+/// Frames of one payload kind, reused in turn (like a NIC ring).
+struct Ring {
+    bytes: Vec<u8>,
+    frame_len: usize,
+    frames: usize,
+    next: usize,
+    /// Offset of the transport header (source port) in a frame.
+    l4: usize,
+}
+
+impl Ring {
+    fn new(template: &[u8]) -> Ring {
+        let frame_len = template.len();
+        // At most 32k frames (Cento's dummy ring) and at most 16 MiB.
+        let frames = (16usize << 20).div_ceil(frame_len).clamp(64, 32_768);
+        let mut bytes = Vec::with_capacity(frames * frame_len);
+        for _ in 0..frames {
+            bytes.extend_from_slice(template);
+        }
+        Ring {
+            bytes,
+            frame_len,
+            frames,
+            next: 0,
+            l4: ETH + 20,
+        }
+    }
+}
+
 pub struct SyntheticSource {
     spec: SyntheticSpec,
-    ring: Vec<u8>,
-    ring_frames: usize,
-    next_frame: usize,
+    /// One ring per payload kind the flows use (one for `zero`, three for `mix`).
+    rings: Vec<Ring>,
     /// This shard owns flows j = shard + t·shards; `t` walks 0..local_flows by `stride`.
     t: u32,
     local_flows: u32,
@@ -98,21 +159,24 @@ impl SyntheticSource {
     /// A source for shard `shard` of `shards`; together they cover every flow once.
     pub fn new(spec: SyntheticSpec, shard: u32, shards: u32) -> SyntheticSource {
         let size = spec.size as usize;
-        // At most 32k frames (Cento's dummy ring) and at most 16 MiB.
-        let ring_frames = (16usize << 20).div_ceil(size).clamp(64, 32_768);
-        let mut ring = vec![0u8; ring_frames * size];
-        for f in ring.chunks_exact_mut(size) {
-            build_frame(f);
-        }
+        let kinds: &[Payload] = match spec.payload {
+            Payload::Mix => &[Payload::Http, Payload::Tls, Payload::Dns],
+            Payload::Zero => &[Payload::Zero],
+            Payload::Http => &[Payload::Http],
+            Payload::Tls => &[Payload::Tls],
+            Payload::Dns => &[Payload::Dns],
+        };
+        let rings = kinds
+            .iter()
+            .map(|k| Ring::new(&template(*k, size)))
+            .collect();
         let shards = shards.max(1);
         let local_flows = (spec.hosts.saturating_sub(shard)).div_ceil(shards).max(1);
         let stride = coprime_stride(local_flows);
         SyntheticSource {
             rng: spec.seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
             spec,
-            ring,
-            ring_frames,
-            next_frame: 0,
+            rings,
             t: 0,
             local_flows,
             stride,
@@ -171,22 +235,29 @@ impl SyntheticSource {
             host_ip(j)
         };
         let dst_ip = host_ip(if j + 1 == n { 0 } else { j + 1 });
-        let size = self.spec.size as usize;
-        let off = self.next_frame * size;
-        self.next_frame += 1;
-        if self.next_frame == self.ring_frames {
-            self.next_frame = 0;
+        let kinds = self.rings.len() as u32;
+        let ring = if kinds == 1 {
+            &mut self.rings[0]
+        } else {
+            &mut self.rings[(j % kinds) as usize]
+        };
+        let size = ring.frame_len;
+        let off = ring.next * size;
+        ring.next += 1;
+        if ring.next == ring.frames {
+            ring.next = 0;
         }
-        let f = &mut self.ring[off..off + size];
+        let l4 = ring.l4;
+        let f = &mut ring.bytes[off..off + size];
         f[ETH + 12..ETH + 16].copy_from_slice(&src_ip.to_be_bytes());
         f[ETH + 16..ETH + 20].copy_from_slice(&dst_ip.to_be_bytes());
         // Ports spread flows; ports repeat past 60k hosts, addresses keep flows distinct.
         let sport = 1024 + (j & 0x7fff) as u16;
-        f[ETH + 20..ETH + 22].copy_from_slice(&sport.to_be_bytes());
+        f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
         Some(Frame {
             ts_ns,
             wire_len: size as u32,
-            data: &self.ring[off..off + size],
+            data: &ring.bytes[off..off + size],
         })
     }
 }
@@ -215,22 +286,107 @@ fn gcd(mut a: u32, mut b: u32) -> u32 {
     a
 }
 
-/// Ethernet / IPv4 / UDP frame template filling the whole buffer (checksum computed for the
-/// template; the per-packet address rewrite leaves it stale, which no tool here verifies).
-fn build_frame(f: &mut [u8]) {
-    let size = f.len();
+/// The frame every packet of a payload kind starts from: Ethernet / IPv4 / UDP or TCP and the
+/// payload, padded with zeros to `size` (IPv4 checksum left for [`fix_ipv4_checksum`]; the
+/// per-packet address rewrite leaves it stale, which no tool here verifies).
+fn template(kind: Payload, size: usize) -> Vec<u8> {
+    let (tcp, dport, payload): (bool, u16, Vec<u8>) = match kind {
+        Payload::Zero | Payload::Mix => (false, 80, Vec::new()),
+        Payload::Http => (
+            true,
+            80,
+            b"GET /index.html HTTP/1.1\r\nHost: www.example.com\r\nUser-Agent: sonde-synthetic/1.0\r\nAccept: */*\r\n\r\n".to_vec(),
+        ),
+        Payload::Tls => (true, 443, client_hello("www.example.com")),
+        Payload::Dns => (false, 53, dns_query("www.example.com")),
+    };
+    let l4_len = if tcp { 20 } else { 8 };
+    let len = (ETH + 20 + l4_len + payload.len()).max(size);
+    let mut f = vec![0u8; len];
     f[0..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x02]);
     f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 0x01]);
     f[12..14].copy_from_slice(&0x0800u16.to_be_bytes());
-    let ip_len = (size - ETH) as u16;
+    let ip_len = (len - ETH) as u16;
     let ip = &mut f[ETH..];
     ip[0] = 0x45;
     ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
     ip[8] = 64;
-    ip[9] = 17;
+    ip[9] = if tcp { 6 } else { 17 };
     ip[20..22].copy_from_slice(&1024u16.to_be_bytes());
-    ip[22..24].copy_from_slice(&80u16.to_be_bytes());
-    ip[24..26].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    ip[22..24].copy_from_slice(&dport.to_be_bytes());
+    if tcp {
+        ip[24..28].copy_from_slice(&1u32.to_be_bytes());
+        ip[32] = 0x50; // 20-byte header
+        ip[33] = 0x18; // PSH|ACK
+        ip[34..36].copy_from_slice(&65535u16.to_be_bytes());
+    } else {
+        ip[24..26].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    }
+    let at = 20 + l4_len;
+    ip[at..at + payload.len()].copy_from_slice(&payload);
+    f
+}
+
+/// A TLS 1.3 ClientHello (as browsers send: TLS 1.2 legacy version, SNI, groups, ALPN,
+/// signature algorithms, supported versions, a key share) for the synthetic TLS flows.
+fn client_hello(sni: &str) -> Vec<u8> {
+    fn ext(out: &mut Vec<u8>, ty: u16, body: &[u8]) {
+        out.extend_from_slice(&ty.to_be_bytes());
+        out.extend_from_slice(&(body.len() as u16).to_be_bytes());
+        out.extend_from_slice(body);
+    }
+    let mut exts = Vec::new();
+    let name = sni.as_bytes();
+    let mut sni_body = ((name.len() + 3) as u16).to_be_bytes().to_vec();
+    sni_body.push(0);
+    sni_body.extend_from_slice(&(name.len() as u16).to_be_bytes());
+    sni_body.extend_from_slice(name);
+    ext(&mut exts, 0x0000, &sni_body);
+    ext(
+        &mut exts,
+        0x000a,
+        &[0, 6, 0x00, 0x1d, 0x00, 0x17, 0x00, 0x18],
+    );
+    ext(&mut exts, 0x000b, &[1, 0]);
+    ext(&mut exts, 0x0010, b"\x00\x0c\x02h2\x08http/1.1");
+    ext(
+        &mut exts,
+        0x000d,
+        &[0, 8, 0x04, 0x03, 0x08, 0x04, 0x04, 0x01, 0x05, 0x03],
+    );
+    ext(&mut exts, 0x002b, &[4, 0x03, 0x04, 0x03, 0x03]);
+    let mut share = vec![0, 36, 0x00, 0x1d, 0, 32];
+    share.extend_from_slice(&[0x42; 32]);
+    ext(&mut exts, 0x0033, &share);
+    let mut hello = vec![0x03, 0x03];
+    hello.extend_from_slice(&[0x5a; 32]); // random
+    hello.push(0); // no session id
+    let suites = [0x1301u16, 0x1302, 0x1303, 0xc02b, 0xc02f, 0xc02c, 0xc030];
+    hello.extend_from_slice(&((suites.len() * 2) as u16).to_be_bytes());
+    for c in suites {
+        hello.extend_from_slice(&c.to_be_bytes());
+    }
+    hello.extend_from_slice(&[1, 0]); // compression: null
+    hello.extend_from_slice(&(exts.len() as u16).to_be_bytes());
+    hello.extend_from_slice(&exts);
+    let mut hs = vec![1];
+    hs.extend_from_slice(&(hello.len() as u32).to_be_bytes()[1..]);
+    hs.extend_from_slice(&hello);
+    let mut rec = vec![0x16, 0x03, 0x01];
+    rec.extend_from_slice(&(hs.len() as u16).to_be_bytes());
+    rec.extend_from_slice(&hs);
+    rec
+}
+
+/// A DNS query (recursion desired) for the A record of `name`.
+fn dns_query(name: &str) -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for label in name.split('.') {
+        q.push(label.len() as u8);
+        q.extend_from_slice(label.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    q
 }
 
 /// Fixes the IPv4 header checksum of a frame built by this module (for files written to disk).
@@ -282,6 +438,7 @@ mod tests {
                 packets: Some(n as u64 * 2),
                 random_src: false,
                 seed: 1,
+                payload: Payload::Zero,
             };
             let mut all = HashSet::new();
             for shard in 0..2 {

@@ -130,6 +130,8 @@ pub struct Flow {
     pub l7: L7,
     /// The flow has left the DPI path (or DPI is off): `l7` is final.
     pub dpi_done: bool,
+    /// The last TCP segment was a retransmission (its bytes were seen before: DPI skips it).
+    pub last_was_retransmit: bool,
 }
 
 impl Default for Flow {
@@ -163,6 +165,7 @@ impl Default for Flow {
             fragments: 0,
             l7: L7::default(),
             dpi_done: false,
+            last_was_retransmit: false,
         }
     }
 }
@@ -270,6 +273,7 @@ impl Flow {
 
     #[inline(always)]
     fn tcp_update(&mut self, dir: Dir, d: &Decoded, ts_ns: u64) {
+        self.last_was_retransmit = false;
         let flags = d.tcp_flags;
         self.tcp_flags[dir] |= flags;
         if flags & tcpflags::SYN != 0 || self.tcp_state == TcpState::SynReceived {
@@ -307,6 +311,7 @@ impl Flow {
                 t.gap = false;
             } else {
                 self.retransmits[dir] += 1;
+                self.last_was_retransmit = true;
             }
             if seq_after(end, t.next_seq) {
                 t.next_seq = end;

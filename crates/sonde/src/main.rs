@@ -31,7 +31,8 @@ struct Cli {
     /// Capture live on an interface (needs root or CAP_NET_RAW).
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
     interface: Option<String>,
-    /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S].
+    /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S]
+    /// [,payload=zero|http|tls|dns|mix].
     #[arg(long, value_name = "SPEC")]
     synthetic: Option<String>,
     /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.

@@ -12,7 +12,12 @@ impl Engine {
     /// DPI is out of line).
     #[inline(always)]
     pub(super) fn needs_dpi(&self, slot: u32) -> bool {
-        slot != NO_SLOT && !self.flows[slot as usize].dpi_done
+        // A retransmitted segment repeats bytes the detectors already saw (and would corrupt
+        // a reassembly buffer): it is skipped, as nDPI does.
+        slot != NO_SLOT && {
+            let f = &self.flows[slot as usize];
+            !f.dpi_done && !f.last_was_retransmit
+        }
     }
 
     /// One payload packet of the flow in `slot` (after its counters were updated).
