@@ -22,7 +22,7 @@ from oracle import norm_addr
 CLAIMED = frozenset({
     "TLS", "HTTP", "HTTP_Connect", "DNS", "MDNS", "LLMNR", "QUIC", "SSH", "NTP", "SMTP", "IMAP",
     "POP3", "FTP_CONTROL", "SIP", "RTP", "RTCP", "BitTorrent", "SMBv1", "SMBv23", "RDP", "SNMP",
-    "MQTT", "STUN", "DHCP",
+    "MQTT", "STUN", "DHCP", "SMTPS", "IMAPS", "POPS", "DTLS", "NetBIOS",
 })
 
 L4 = {"TCP": 6, "UDP": 17, "ICMP": 1, "ICMPV6": 58}

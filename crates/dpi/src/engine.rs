@@ -1,6 +1,7 @@
 //! The per-flow DPI state machine: which detectors are still candidates, who owns the flow
 //! once recognised, when to stop, and the final label (port guess and service mapping).
 
+use crate::dnscache::{flow_addr_u128, DnsCache};
 use crate::ids::{Category, Proto};
 use crate::meta::Meta;
 use crate::proto::{self, DETECTORS};
@@ -68,6 +69,8 @@ pub struct DpiConfig {
     /// Payload packets inspected per flow at most (both directions).
     pub max_packets: u8,
     pub services: Arc<Services>,
+    /// Names from DNS answers, shared by all shards.
+    pub dns_cache: Arc<DnsCache>,
 }
 
 impl Default for DpiConfig {
@@ -76,6 +79,7 @@ impl Default for DpiConfig {
             backend: Backend::Builtin,
             max_packets: MAX_PACKETS,
             services: Arc::new(Services::builtin()),
+            dns_cache: Arc::new(DnsCache::default()),
         }
     }
 }
@@ -203,10 +207,31 @@ impl Dpi {
         if let Some(m) = &self.ndpi {
             m.finish(f);
         }
+        if f.l7.proto == Proto::TLS {
+            // Implicit TLS on the mail ports is named after the mail protocol, as nDPI does.
+            f.l7.proto = match ctx.server_port {
+                993 => Proto::IMAPS,
+                995 => Proto::POPS,
+                465 => Proto::SMTPS,
+                _ => Proto::TLS,
+            };
+        }
         if !f.l7.proto.is_known() {
             if let Some(p) = proto::guess_by_port(ctx.l4, ctx.client_port, ctx.server_port) {
                 f.l7.proto = p;
                 f.l7.confidence = Confidence::Port;
+            }
+        }
+        let client = flow_addr_u128(&ctx.client_addr, ctx.ip_version);
+        if let Some(d) = &f.meta.dns {
+            if let (Some(q), false) = (&d.query, d.answers.is_empty()) {
+                self.cfg.dns_cache.learn(client, q, &d.answers);
+            }
+        } else if f.meta.server_name.is_none() && !f.l7.app.is_known() {
+            // The client did not say whom it talks to: what it asked DNS for, if it did.
+            let server = flow_addr_u128(&ctx.server_addr, ctx.ip_version);
+            if let Some(name) = self.cfg.dns_cache.name_of(client, server) {
+                f.meta.server_name = Some(name.to_string());
             }
         }
         if !f.l7.app.is_known() {

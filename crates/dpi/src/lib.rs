@@ -14,6 +14,7 @@
 //!
 //! Protocol and application numbers are nDPI's, so `L7_PROTO` means the same as in ntopng.
 
+pub mod dnscache;
 mod engine;
 pub mod ids;
 pub mod meta;
@@ -22,6 +23,7 @@ pub mod ndpi;
 pub mod proto;
 pub mod service;
 
+pub use dnscache::DnsCache;
 pub use engine::{Backend, Dpi, DpiConfig, FlowCtx, FlowDpi, Scratch, NDPI_AVAILABLE};
 pub use ids::{Category, Proto};
 pub use meta::Meta;

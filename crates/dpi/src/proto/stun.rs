@@ -158,6 +158,10 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
         return Verdict::No;
     }
     let Some(m) = find(p) else {
+        if owned && is_dtls_record(p.payload) {
+            // ICE then DTLS (WebRTC, Zoom, Meet): the media session is DTLS, as nDPI says.
+            return Proto::DTLS.is(true);
+        }
         return if owned {
             Proto::STUN.is(p.index >= REALM_UNTIL_INDEX)
         } else {
@@ -166,9 +170,14 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     };
     if let Some(r) = realm(&m) {
         f.meta.server_name = Some(r);
-        return Proto::STUN.is(true);
     }
+    // Stay on to see whether DTLS follows the connectivity checks.
     Proto::STUN.is(p.index >= REALM_UNTIL_INDEX)
+}
+
+/// A DTLS 1.0/1.2/1.3 record: content type 20..=23 (handshake, alert, ...), version fe ff/fd/fc.
+fn is_dtls_record(d: &[u8]) -> bool {
+    matches!(d, [20..=23, 0xfe, 0xfc..=0xff, ..]) && d.len() >= 13
 }
 
 #[cfg(test)]
@@ -225,12 +234,20 @@ mod tests {
         );
         f.l7.proto = Proto::STUN; // the engine's doing on `Is`
         let r = hex(UDP_REALM);
+        // The realm is read; the detector stays on to see whether DTLS follows.
         assert_eq!(
             detect(&pkt(&r, L4::Udp, 3478, 1), &mut f),
-            Proto::STUN.is(true)
+            Proto::STUN.is(false)
         );
         // nDPI's Hostname/SNI and tshark's stun.att.realm.
         assert_eq!(f.meta.server_name.as_deref(), Some("turn.l.google.com"));
+        // A DTLS ClientHello record header after the checks: the flow is DTLS.
+        let mut dtls = vec![0x16, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40];
+        dtls.extend_from_slice(&[0u8; 64]);
+        assert_eq!(
+            detect(&pkt(&dtls, L4::Udp, 3478, 2), &mut f),
+            Proto::DTLS.is(true)
+        );
     }
 
     // whatsapp_login_call.pcap frame 229: Allocate with a length (106) not a multiple of 4.
