@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
@@ -206,3 +207,34 @@ def test_unwritable_output(sonde, corpus, workdir):
     line = assert_clean_error(p, r"no such file|director|cannot (write|create|open)",
                               "unwritable --flows-out", [out])
     assert str(out) in line, f"the error should name the output file: {line}"
+
+
+# ---------------------------------------------------------------------------------------------
+# DPI options
+# ---------------------------------------------------------------------------------------------
+
+def test_bad_services_file_names_file_and_line(sonde, corpus, workdir):
+    rules = workdir / "my-services.txt"
+    rules.write_text("# mine\nhost example.org Google\nhost example.net NoSuchApp\n")
+    p = sonde("-r", corpus / "dns.pcap", "--dpi-services", rules, "-q", timeout=60)
+    line = assert_clean_error(p, r"line 3.*unknown application 'NoSuchApp'", "bad services file",
+                              [rules])
+    assert str(rules) in line, f"the error should name the file: {line}"
+
+
+def test_missing_services_file(sonde, corpus, workdir):
+    p = sonde("-r", corpus / "dns.pcap", "--dpi-services", workdir / "nope.txt", "-q", timeout=60)
+    assert_clean_error(p, r"dpi-services.*(no such file|cannot read)", "missing services file",
+                       [workdir / "nope.txt"])
+
+
+def test_user_services_rule_applies(sonde, workdir):
+    """A user rule maps the synthetic TLS flows' SNI (www.example.com) to an application."""
+    rules = workdir / "svc.txt"
+    rules.write_text("host example.com NetFlix\n")
+    flows = workdir / "flows.jsonl"
+    p = sonde("--synthetic", "hosts=9,packets=9,payload=tls", "--dpi-services", rules,
+              "--flows-out", flows, "-q", timeout=60)
+    assert p.returncode == 0, p.stderr
+    names = {json.loads(l)["L7_PROTO_NAME"] for l in flows.read_text().splitlines()}
+    assert names == {"TLS.NetFlix"}, names
