@@ -1,0 +1,1 @@
+//! Decoding flow-export datagrams (to be written).

@@ -1,0 +1,1 @@
+//! Encoding flows for export (to be written).
