@@ -54,6 +54,11 @@ pub const FLOW_COLUMNS: &[&str] = &[
     "TUNNEL",
     "FRAGMENTS",
     "FLOW_END_REASON",
+    "EXPORTER_IPV4_ADDRESS",
+    "EXPORTER_IPV6_ADDRESS",
+    "INPUT_SNMP",
+    "OUTPUT_SNMP",
+    "SAMPLING_INTERVAL",
     "L7_PROTO",
     "L7_PROTO_NAME",
     "L7_CATEGORY",
@@ -219,6 +224,26 @@ fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) 
     put("FRAGMENTS", &mut buf, false);
     buf.push_str(r.reason.name());
     put("FLOW_END_REASON", &mut buf, true);
+    if f.sampling > 0 {
+        // A collected flow: where it came from.
+        if let Some((addr, _)) = r.exporter {
+            let _ = write!(buf, "{}", addr.ip());
+            let name = if addr.is_ipv4() {
+                "EXPORTER_IPV4_ADDRESS"
+            } else {
+                "EXPORTER_IPV6_ADDRESS"
+            };
+            put(name, &mut buf, true);
+        }
+        for (name, n) in [
+            ("INPUT_SNMP", f.in_if),
+            ("OUTPUT_SNMP", f.out_if),
+            ("SAMPLING_INTERVAL", f.sampling),
+        ] {
+            let _ = write!(buf, "{n}");
+            put(name, &mut buf, false);
+        }
+    }
     if f.dpi_done {
         l7_fields(r, &mut field);
     }
@@ -479,6 +504,7 @@ mod tests {
             flow,
             reason: EndReason::IdleTimeout,
             meta: None,
+            exporter: None,
         }
     }
 

@@ -14,6 +14,7 @@ use crate::table::{prefetch_read, Index};
 use sonde_dpi::{Dpi, FlowDpi, Meta};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 
+mod collect;
 mod l7;
 
 /// Bytes of one packet's payload kept for DPI (a TLS ClientHello's first segment fits).
@@ -168,6 +169,8 @@ pub struct Engine {
     dpi_active: Vec<Option<Box<FlowDpi>>>,
     /// What DPI learned about flows that left the DPI path, by flow slot, until they end.
     dpi_meta: Vec<Option<Box<Meta>>>,
+    /// Exporters of collected flows (index + 1 is `Flow::exporter`), at most u16::MAX - 1.
+    exporters: Vec<(std::net::SocketAddr, u32)>,
 }
 
 struct Arena {
@@ -214,6 +217,7 @@ impl Engine {
             dpi: None,
             dpi_active: Vec::new(),
             dpi_meta: Vec::new(),
+            exporters: Vec::new(),
             cfg: EngineConfig { max_flows, ..cfg },
         }
     }
@@ -552,6 +556,7 @@ impl Engine {
             flow: self.flows[slot as usize],
             reason,
             meta,
+            exporter: self.exporter_of(slot),
         };
         let tag = key.hash() as u32;
         self.index.remove(tag, slot);
@@ -606,6 +611,10 @@ impl Engine {
                     reason: EndReason::ActiveTimeout,
                     // The metadata stays with the flow too, for its later records.
                     meta: self.dpi_meta.get(slot).cloned().flatten(),
+                    exporter: f
+                        .exporter
+                        .checked_sub(1)
+                        .and_then(|i| self.exporters.get(i as usize).copied()),
                 });
                 self.stats.flows_ended[EndReason::ActiveTimeout as usize] += 1;
                 f.pkts = [0, 0];

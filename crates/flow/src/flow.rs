@@ -132,6 +132,12 @@ pub struct Flow {
     pub dpi_done: bool,
     /// The last TCP segment was a retransmission (its bytes were seen before: DPI skips it).
     pub last_was_retransmit: bool,
+    /// Collected flows: the exporter (index into the shard's exporter table, 0 = captured
+    /// here), input/output SNMP interfaces, and the sampling rate (0 = captured here).
+    pub exporter: u16,
+    pub in_if: u32,
+    pub out_if: u32,
+    pub sampling: u32,
 }
 
 impl Default for Flow {
@@ -166,6 +172,10 @@ impl Default for Flow {
             l7: L7::default(),
             dpi_done: false,
             last_was_retransmit: false,
+            exporter: 0,
+            in_if: 0,
+            out_if: 0,
+            sampling: 0,
         }
     }
 }
@@ -177,6 +187,8 @@ pub struct FlowRecord {
     pub reason: EndReason,
     /// What DPI learned (server name, HTTP/DNS/TLS fields, …), when it learned anything.
     pub meta: Option<Box<Meta>>,
+    /// The exporter and observation domain of a collected flow.
+    pub exporter: Option<(std::net::SocketAddr, u32)>,
 }
 
 impl Flow {
@@ -227,6 +239,23 @@ impl Flow {
         }
         if d.proto == sonde_wire::ipproto::TCP && !(d.is_fragment && d.sport == 0 && d.dport == 0) {
             self.tcp_update(dir, d, ts_ns);
+        }
+    }
+
+    /// Adds counts measured elsewhere (a collected record, an sFlow sample) to direction
+    /// `dir`, widening the flow's time span to [first_ns, last_ns].
+    pub fn add_counts(&mut self, dir: Dir, pkts: u64, bytes: u64, first_ns: u64, last_ns: u64) {
+        self.pkts[dir] += pkts;
+        self.bytes[dir] += bytes;
+        self.pending_pkts[dir] =
+            self.pending_pkts[dir].saturating_add(pkts.min(u32::MAX as u64) as u32);
+        self.pending_bytes[dir] += bytes;
+        if first_ns < self.first_ns {
+            self.first_ns = first_ns;
+            self.record_start_ns = self.record_start_ns.min(first_ns);
+        }
+        if last_ns > self.last_ns {
+            self.last_ns = last_ns;
         }
     }
 

@@ -54,6 +54,13 @@ pub struct ShardStats {
     pub table_memory: u64,
     /// Packet time of the newest packet seen (ns since the epoch).
     pub last_packet_ns: u64,
+    /// Flow records received from exporters (NetFlow/IPFIX) and merged into flows, with the
+    /// packets and bytes they carry (scaled by sampling); not part of `packets` above.
+    pub collected_records: u64,
+    pub collected_packets: u64,
+    pub collected_bytes: u64,
+    /// sFlow packet samples accounted (each counts `sampling` packets into collected_packets).
+    pub collected_samples: u64,
 }
 
 impl ShardStats {
@@ -91,6 +98,10 @@ impl ShardStats {
         self.hosts_table_full += o.hosts_table_full;
         self.table_memory += o.table_memory;
         self.last_packet_ns = self.last_packet_ns.max(o.last_packet_ns);
+        self.collected_records += o.collected_records;
+        self.collected_packets += o.collected_packets;
+        self.collected_bytes += o.collected_bytes;
+        self.collected_samples += o.collected_samples;
     }
 
     pub fn flows_ended_total(&self) -> u64 {

@@ -205,3 +205,95 @@ fn malformed_and_non_ip_are_counted_once() {
     assert_eq!(st.malformed_total(), 2);
     assert_eq!(st.ip_packets, 1);
 }
+
+fn v4(a: [u8; 4]) -> [u8; 16] {
+    let mut x = [0u8; 16];
+    x[..4].copy_from_slice(&a);
+    x
+}
+
+#[test]
+fn collected_records_merge_into_flows_and_hosts() {
+    let mut e = Engine::new(EngineConfig::default());
+    let exporter: std::net::SocketAddr = "192.0.2.1:2055".parse().unwrap();
+    let rec = sonde_flowproto::CollectedFlow {
+        exporter: Some(exporter),
+        domain: 7,
+        ip_version: 4,
+        src: v4([10, 0, 0, 1]),
+        dst: v4([10, 0, 0, 2]),
+        sport: 40000,
+        dport: 443,
+        proto: 6,
+        packets: 10,
+        bytes: 5000,
+        first_ms: 1_700_000_000_000,
+        last_ms: 1_700_000_001_000,
+        in_if: 3,
+        out_if: 4,
+        sampling: 1,
+        app_name: Some("TLS.Google".into()),
+        ..Default::default()
+    };
+    e.ingest_flow(&rec, 1_700_000_002 * S);
+    // The reverse direction arrives as its own record (NetFlow v5/v9 style).
+    let back = sonde_flowproto::CollectedFlow {
+        src: rec.dst,
+        dst: rec.src,
+        sport: 443,
+        dport: 40000,
+        packets: 8,
+        bytes: 9000,
+        ..rec.clone()
+    };
+    e.ingest_flow(&back, 1_700_000_002 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 1, "both records are one bidirectional flow");
+    let r = &out[0];
+    let c = r.flow.client_dir();
+    assert_eq!((r.flow.pkts[c], r.flow.bytes[c]), (10, 5000));
+    assert_eq!((r.flow.pkts[1 - c], r.flow.bytes[1 - c]), (8, 9000));
+    assert_eq!((r.flow.in_if, r.flow.out_if, r.flow.sampling), (3, 4, 1));
+    assert_eq!(r.exporter, Some((exporter, 7)));
+    assert_eq!(r.flow.l7.name(), "TLS.Google");
+    assert_eq!(r.flow.first_ns, 1_700_000_000 * S);
+    let s = e.stats();
+    assert_eq!((s.collected_records, s.collected_packets), (2, 18));
+    assert_eq!(s.packets, 0, "collected records are not captured packets");
+    let sent: u64 = e.hosts().iter().map(|h| h.sent_pkts).sum();
+    assert_eq!(sent, 18);
+}
+
+#[test]
+fn sflow_samples_count_sampling_times() {
+    let mut e = Engine::new(EngineConfig::default());
+    let f = frame(1, 2, 5000, 53, 22); // 50 IP bytes
+    let s = sonde_flowproto::SampledPacket {
+        header: f.clone(),
+        header_protocol: 1,
+        frame_length: f.len() as u32,
+        sampling: 1000,
+        ..Default::default()
+    };
+    e.ingest_sample(&s, S);
+    e.ingest_sample(&s, 2 * S);
+    let bad = sonde_flowproto::SampledPacket {
+        header: f[..20].to_vec(),
+        ..s.clone()
+    };
+    e.ingest_sample(&bad, 3 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 1);
+    let fl = &out[0].flow;
+    assert_eq!(
+        (fl.pkts[0] + fl.pkts[1], fl.bytes[0] + fl.bytes[1]),
+        (2000, 100_000)
+    );
+    assert_eq!(fl.sampling, 1000);
+    let st = e.stats();
+    assert_eq!((st.collected_samples, st.malformed_total()), (2, 1));
+}

@@ -1,0 +1,162 @@
+//! Flows that arrive already measured: NetFlow/IPFIX records from exporters and sFlow packet
+//! samples. They go into the same flow and host tables as captured packets (ntopng's rule:
+//! whatever the ingress, traffic is classified in flows), so every view treats them alike.
+
+use super::{Engine, NO_SLOT};
+use crate::key::FlowKey;
+use crate::stats::DropReason;
+use sonde_dpi::{Confidence, Proto};
+use sonde_flowproto::{CollectedFlow, SampledPacket};
+use sonde_wire::{Decoded, LinkType, Outcome};
+use std::net::SocketAddr;
+
+impl Engine {
+    /// Merges one collected flow record into the flow table (`now_ns`: when it arrived, used
+    /// when the record carries no times). Both hosts are credited as for packets.
+    pub fn ingest_flow(&mut self, c: &CollectedFlow, now_ns: u64) {
+        let mut d = Decoded {
+            src: c.src,
+            dst: c.dst,
+            sport: c.sport,
+            dport: c.dport,
+            proto: c.proto,
+            ip_version: c.ip_version,
+            vlan: c.vlan,
+            tcp_flags: c.tcp_flags,
+            tos: c.tos,
+            ..Decoded::default()
+        };
+        if let (Some(s), Some(t)) = (c.src_mac, c.dst_mac) {
+            d.src_mac = s;
+            d.dst_mac = t;
+            d.has_mac = true;
+        }
+        let ms = |t: u64| {
+            if t == 0 {
+                now_ns
+            } else {
+                t.saturating_mul(1_000_000)
+            }
+        };
+        let (first, last) = (ms(c.first_ms), ms(c.last_ms.max(c.first_ms)));
+        let exporter = self.exporter_index(c.exporter, c.domain);
+        let Some((slot, dir)) = self.slot_for(&d, first) else {
+            self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
+            return;
+        };
+        let f = &mut self.flows[slot as usize];
+        f.add_counts(dir, c.packets, c.bytes, first, last);
+        if c.rev_packets > 0 || c.rev_bytes > 0 {
+            f.add_counts(1 - dir, c.rev_packets, c.rev_bytes, first, last);
+        }
+        f.tcp_flags[dir] |= c.tcp_flags;
+        f.exporter = exporter;
+        f.in_if = c.in_if;
+        f.out_if = c.out_if;
+        f.sampling = c.sampling.max(1);
+        if !f.dpi_done {
+            if let Some(l7) = c.app_name.as_deref().and_then(label_from_name) {
+                f.l7 = l7;
+                f.dpi_done = true;
+            }
+        }
+        if last > self.now_ns {
+            self.now_ns = last;
+        }
+        self.stats.collected_records += 1;
+        self.stats.collected_packets += c.packets + c.rev_packets;
+        self.stats.collected_bytes += c.bytes + c.rev_bytes;
+    }
+
+    /// Accounts one sFlow packet sample: its header goes through the packet decoder, then it
+    /// counts `sampling` packets of its IP length each. Malformed headers are counted as such.
+    pub fn ingest_sample(&mut self, s: &SampledPacket, now_ns: u64) {
+        let link = match s.header_protocol {
+            1 => LinkType::Ethernet,
+            11 | 12 => LinkType::Raw,
+            _ => {
+                self.stats.non_ip += 1;
+                return;
+            }
+        };
+        let mut d = Decoded::default();
+        let wire = s.frame_length.max(s.header.len() as u32);
+        match self.decoder.decode(link, now_ns, &s.header, wire, &mut d) {
+            Ok(Outcome::Ip) => {}
+            Ok(Outcome::NonIp) => {
+                self.stats.non_ip += 1;
+                return;
+            }
+            Err(m) => {
+                self.stats.malformed[m as usize] += 1;
+                return;
+            }
+        }
+        let rate = s.sampling.max(1) as u64;
+        let exporter = self.exporter_index(s.exporter, s.domain);
+        let Some((slot, dir)) = self.slot_for(&d, now_ns) else {
+            self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
+            return;
+        };
+        let f = &mut self.flows[slot as usize];
+        f.add_counts(dir, rate, d.ip_len as u64 * rate, now_ns, now_ns);
+        f.tcp_flags[dir] |= d.tcp_flags;
+        f.exporter = exporter;
+        f.in_if = s.in_if;
+        f.out_if = s.out_if;
+        f.sampling = rate as u32;
+        if now_ns > self.now_ns {
+            self.now_ns = now_ns;
+        }
+        self.stats.collected_samples += 1;
+        self.stats.collected_packets += rate;
+        self.stats.collected_bytes += d.ip_len as u64 * rate;
+    }
+
+    /// The flow slot for a packet-like description, created if needed (None: table full).
+    fn slot_for(&mut self, d: &Decoded, ts_ns: u64) -> Option<(u32, usize)> {
+        let (key, dir) = FlowKey::from_packet(d);
+        if self.live_flows + 1 > self.cfg.max_flows {
+            self.make_room(1);
+        }
+        self.index.reserve(1);
+        let tag = key.hash() as u32;
+        let slot = self.lookup_or_create(&key, tag, dir, d, ts_ns);
+        (slot != NO_SLOT).then_some((slot, dir))
+    }
+
+    /// Index (+1) of an exporter in this shard's table; 0 when unknown or the table is full.
+    fn exporter_index(&mut self, addr: Option<SocketAddr>, domain: u32) -> u16 {
+        let Some(addr) = addr else { return 0 };
+        if let Some(i) = self.exporters.iter().position(|e| *e == (addr, domain)) {
+            return (i + 1) as u16;
+        }
+        if self.exporters.len() >= (u16::MAX - 1) as usize {
+            return 0;
+        }
+        self.exporters.push((addr, domain));
+        self.exporters.len() as u16
+    }
+
+    pub(super) fn exporter_of(&self, slot: u32) -> Option<(SocketAddr, u32)> {
+        let i = self.flows[slot as usize].exporter.checked_sub(1)?;
+        self.exporters.get(i as usize).copied()
+    }
+}
+
+/// An exported application name (`TLS.Google`, `DNS`) as sonde's label, when sonde knows it.
+fn label_from_name(name: &str) -> Option<sonde_dpi::L7> {
+    let (p, a) = name.split_once('.').unwrap_or((name, ""));
+    let proto = Proto::from_name(p)?;
+    let app = Proto::from_name(a).unwrap_or_default();
+    Some(sonde_dpi::L7 {
+        proto,
+        app,
+        category: if app.is_known() {
+            app.category()
+        } else {
+            proto.category()
+        },
+        confidence: Confidence::Dpi,
+    })
+}
