@@ -19,7 +19,7 @@ pub enum Replay {
     Realtime,
 }
 
-#[derive(Clone, Debug)]
+#[derive(Clone)]
 pub struct ProbeConfig {
     pub input: Input,
     /// BPF capture filter (tcpdump syntax).
@@ -37,7 +37,14 @@ pub struct ProbeConfig {
     pub hosts_out: Option<PathBuf>,
     /// Built-in application detection (`None`: off).
     pub dpi: Option<DpiConfig>,
+    /// More flow sinks (exporters, publishers), each built when the probe starts so a bad
+    /// destination is reported before any packet is read.
+    pub extra_sinks: Vec<SinkFactory>,
 }
+
+/// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
+pub type SinkFactory =
+    std::sync::Arc<dyn Fn() -> Result<Box<dyn crate::sinks::RecordSink>, String> + Send + Sync>;
 
 impl ProbeConfig {
     pub fn new(input: Input) -> ProbeConfig {
@@ -51,6 +58,7 @@ impl ProbeConfig {
             duration: None,
             hosts_out: None,
             dpi: Some(DpiConfig::default()),
+            extra_sinks: Vec::new(),
         }
     }
 }

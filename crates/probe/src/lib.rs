@@ -10,7 +10,8 @@ mod config;
 mod report;
 mod run;
 mod shard;
+pub mod sinks;
 
-pub use config::{Input, ProbeConfig, Replay};
+pub use config::{Input, ProbeConfig, Replay, SinkFactory};
 pub use report::{format_count, stats_line, summary_json};
 pub use run::{start, Probe, ProbeError, Summary};

@@ -111,6 +111,18 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "dropped": s.capture.dropped,
             "if_dropped": s.capture.if_dropped,
         },
+        "collected": {
+            "records": t.collected_records,
+            "samples": t.collected_samples,
+            "packets": t.collected_packets,
+            "bytes": t.collected_bytes,
+        },
+        "sinks": s.sinks.iter().map(|r| serde_json::json!({
+            "name": r.name,
+            "records": r.records,
+            "messages": r.messages,
+            "dropped": r.dropped,
+        })).collect::<Vec<_>>(),
         "table_memory_bytes": t.table_memory,
         "elapsed_s": elapsed,
         "cpu_s": cpu_s,

@@ -2,12 +2,13 @@
 
 use crate::config::{Input, ProbeConfig, Replay};
 use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
+use crate::sinks::{FileSink, RecordSink, SinkReport};
 use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
 };
 use sonde_dpi::{Backend, Dpi};
-use sonde_export::{host_json, FlowWriter};
+use sonde_export::host_json;
 use sonde_flow::{copy_payload, Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
 use sonde_wire::{Decoded, Decoder, Outcome};
 use std::collections::HashMap;
@@ -55,6 +56,8 @@ pub struct Summary {
     pub hosts_written: u64,
     pub capture: CaptureDrops,
     pub flows_written: u64,
+    /// What each flow sink delivered (the flows file first, when there is one).
+    pub sinks: Vec<SinkReport>,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
@@ -69,8 +72,9 @@ pub struct Probe {
     stop: Arc<AtomicBool>,
     shards: Vec<JoinHandle<ShardOutput>>,
     reader: Option<JoinHandle<ShardStats>>,
-    sink: Option<JoinHandle<std::io::Result<u64>>>,
+    sink: Option<JoinHandle<Result<Vec<SinkReport>, (String, std::io::Error)>>>,
     host_sink: Option<HostSink>,
+    has_flows_file: bool,
     progress: Arc<AtomicU64>,
     file_len: Option<u64>,
     error: Arc<Mutex<Option<CaptureError>>>,
@@ -205,15 +209,17 @@ impl Probe {
             None => 0,
         };
         // All shard senders are gone now, so the sink ends once it has written everything.
-        let flows_written = match self.sink.take() {
+        let sinks = match self.sink.take() {
             Some(h) => h
                 .join()
                 .expect("sink thread panicked")
-                .map_err(|e| ProbeError::Output {
-                    path: "flows".into(),
-                    source: e,
-                })?,
-            None => 0,
+                .map_err(|(path, source)| ProbeError::Output { path, source })?,
+            None => Vec::new(),
+        };
+        // The flows file, when there is one, is the first sink.
+        let flows_written = match (&sinks.first(), self.has_flows_file) {
+            (Some(r), true) => r.records,
+            _ => 0,
         };
         let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Summary {
@@ -223,6 +229,7 @@ impl Probe {
             hosts_written,
             capture,
             flows_written,
+            sinks,
             elapsed: self.started.elapsed(),
             error,
         })
@@ -291,28 +298,36 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     let error = Arc::new(Mutex::new(None));
     let progress = Arc::new(AtomicU64::new(0));
 
-    // Sink first: a bad output path is reported before reading anything.
-    let (sink_tx, sink) = match &cfg.flows_out {
-        Some((path, format)) => {
-            let out = open_output(path)?;
-            let (tx, rx) = bounded::<Vec<FlowRecord>>(64);
-            let format = *format;
-            let h = std::thread::Builder::new()
-                .name("sink".into())
-                .spawn(move || -> std::io::Result<u64> {
-                    let mut w = FlowWriter::new(out, format);
+    // Sinks first: a bad output path is reported before reading anything.
+    let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
+    if let Some((path, format)) = &cfg.flows_out {
+        let name = format!("flows file '{}'", path.display());
+        sinks.push(Box::new(FileSink::new(name, open_output(path)?, *format)));
+    }
+    for make in &cfg.extra_sinks {
+        sinks.push(make().map_err(ProbeError::Config)?);
+    }
+    let (sink_tx, sink) = if sinks.is_empty() {
+        (None, None)
+    } else {
+        let (tx, rx) = bounded::<Vec<FlowRecord>>(64);
+        let h = std::thread::Builder::new()
+            .name("sink".into())
+            .spawn(
+                move || -> Result<Vec<SinkReport>, (String, std::io::Error)> {
                     for batch in rx {
-                        for r in &batch {
-                            w.write(r)?;
+                        for s in sinks.iter_mut() {
+                            s.write(&batch).map_err(|e| (s.name(), e))?;
                         }
                     }
-                    w.flush()?;
-                    Ok(w.written())
-                })
-                .map_err(|e| ProbeError::Config(format!("cannot start the sink thread: {e}")))?;
-            (Some(tx), Some(h))
-        }
-        None => (None, None),
+                    sinks
+                        .iter_mut()
+                        .map(|s| s.finish().map_err(|e| (s.name(), e)))
+                        .collect()
+                },
+            )
+            .map_err(|e| ProbeError::Config(format!("cannot start the sink thread: {e}")))?;
+        (Some(tx), Some(h))
     };
 
     let host_sink = match &cfg.hosts_out {
@@ -485,6 +500,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         reader,
         sink,
         host_sink,
+        has_flows_file: cfg.flows_out.is_some(),
         progress,
         file_len,
         error,
