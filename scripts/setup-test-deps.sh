@@ -3,6 +3,7 @@
 # and runs `apt-get update` only when something has to be installed.
 #
 #   tshark, capinfos  oracle for tests/system (packages tshark, wireshark-common)
+#   nfcapd, nfdump    collector that reads sonde's NetFlow/IPFIX export (package nfdump)
 #   libpcap-dev       to build sonde (live capture and BPF filters)
 #   iproute2          `ip`, for live-capture tests
 #   setpriv           util-linux, to run sonde as an unprivileged user in tests
@@ -30,10 +31,11 @@ declare -A PROBE=(
     [libpcap-dev]="file:/usr/include/pcap/pcap.h"
     [iproute2]="cmd:ip"
     [util-linux]="cmd:setpriv"
+    [nfdump]="cmd:nfcapd"
 )
 
 missing=()
-for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux; do
+for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux nfdump; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -72,7 +74,7 @@ if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 0 ]; then
 fi
 
 # Check the result.
-for c in tshark capinfos ip setpriv; do
+for c in tshark capinfos ip setpriv nfcapd nfdump; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

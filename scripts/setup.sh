@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Installs what building and running sonde needs on Debian/Ubuntu: a C toolchain, libpcap's
-# headers (live capture, BPF filters) and libndpi (the --dpi ndpi backend), and checks for a
-# Rust toolchain. Idempotent: apt-get runs
-# only when something is missing.
+# headers (live capture, BPF filters), libndpi (the --dpi ndpi backend) and libzmq (JSON flows
+# over ZMQ), and checks for a Rust toolchain. Idempotent: apt-get runs only when something is
+# missing.
 set -euo pipefail
 export DEBIAN_FRONTEND=noninteractive
 SUDO=""
@@ -11,6 +11,7 @@ if [ "$(id -u)" -ne 0 ]; then SUDO="sudo -E"; fi
 missing=()
 [ -e /usr/include/pcap/pcap.h ] || missing+=(libpcap-dev)
 [ -e /usr/include/ndpi/ndpi_api.h ] || missing+=(libndpi-dev)
+[ -e /usr/include/zmq.h ] || missing+=(libzmq3-dev)
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v make >/dev/null 2>&1 || missing+=(make)

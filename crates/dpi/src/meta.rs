@@ -17,6 +17,9 @@ pub struct Meta {
     /// First line a text protocol's server (or client) sent: SMTP/IMAP/POP3/FTP greeting, SIP
     /// request line, …
     pub banner: Option<String>,
+    /// Fields of a collected flow that sonde does not interpret, kept to be shown: unknown
+    /// keys of a JSON producer, and NetFlow/IPFIX elements as `IE<enterprise>.<id>` (hex).
+    pub extra: Vec<(String, String)>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]

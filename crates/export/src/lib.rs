@@ -8,6 +8,8 @@
 //! Direction follows nProbe: `SRC` is the flow's client, `IN_*` counts client→server and
 //! `OUT_*` server→client. Bytes are IP bytes (header included), as in NetFlow.
 
+pub mod ingest;
+
 use sonde_flow::{Flow, FlowRecord, Host};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -152,6 +154,27 @@ impl View<'_> {
 /// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, is_string)`;
 /// `None` marks a value that does not apply (IPv6 columns of an IPv4 flow).
 fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
+    match r.meta.as_deref() {
+        Some(m) if !m.extra.is_empty() => {
+            // A collected flow with fields sonde did not interpret: they follow, except the
+            // names the record already has (a producer's SERVER_NAME, say, when sonde has one).
+            let mut seen: Vec<String> = Vec::new();
+            own_fields(r, |n, v, s| {
+                seen.push(n.to_string());
+                field(n, v, s)
+            });
+            for (k, v) in &m.extra {
+                if !seen.iter().any(|n| n == k) {
+                    field(k, Some(v), true);
+                }
+            }
+        }
+        _ => own_fields(r, field),
+    }
+}
+
+/// The fields sonde itself knows for a record.
+fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
     let f = &r.flow;
     let v = View {
         f,
@@ -365,6 +388,54 @@ pub fn push_csv_cell(line: &mut String, v: &str) {
     }
 }
 
+/// A flow record as the NetFlow/IPFIX encoder takes it: client → server forward, as in the
+/// JSON output.
+pub fn export_flow(r: &FlowRecord) -> sonde_flowproto::ExportFlow {
+    let f = &r.flow;
+    let v = View {
+        f,
+        c: f.client_dir(),
+    };
+    let (s, c) = (v.s(), v.c);
+    let (sport, dport) = v.ports();
+    let (cm, sm) = v.macs();
+    let l7 = &f.l7;
+    sonde_flowproto::ExportFlow {
+        ip_version: f.key.ip_version,
+        src: *v.client_addr(),
+        dst: *v.server_addr(),
+        sport,
+        dport,
+        proto: f.key.proto,
+        packets: f.pkts[c],
+        bytes: f.bytes[c],
+        rev_packets: f.pkts[s],
+        rev_bytes: f.bytes[s],
+        first_ms: f.first_ns / 1_000_000,
+        last_ms: f.last_ns / 1_000_000,
+        tcp_flags: f.tcp_flags[c],
+        rev_tcp_flags: f.tcp_flags[s],
+        tos: f.tos,
+        vlan: f.key.vlan,
+        src_mac: *cm,
+        dst_mac: *sm,
+        icmp_type_code: f.icmp_type_code,
+        // One number: the application when known (nDPI numbers both in one space), else the
+        // protocol; the name says both (`TLS.Google`).
+        app_id: if l7.app.is_known() {
+            l7.app.0
+        } else {
+            l7.proto.0
+        } as u32,
+        app_name: if f.dpi_done && (l7.proto.is_known() || l7.app.is_known()) {
+            l7.name()
+        } else {
+            String::new()
+        },
+        end_reason: r.reason.ipfix_code(),
+    }
+}
+
 /// Writes flow records to any `Write`, one line each.
 pub struct FlowWriter<W: Write> {
     out: W,
@@ -397,7 +468,8 @@ impl<W: Write> FlowWriter<W> {
                             line.push(',');
                         }
                         line.push('"');
-                        line.push_str(name);
+                        // Names can come off the wire too (a producer's unknown keys).
+                        push_json_str(line, name);
                         line.push_str("\":");
                         if is_str {
                             line.push('"');
@@ -437,6 +509,11 @@ impl<W: Write> FlowWriter<W> {
         }
         self.written += 1;
         self.out.write_all(self.line.as_bytes())
+    }
+
+    /// The output, after the last record (for writers into a buffer).
+    pub fn into_inner(self) -> W {
+        self.out
     }
 
     pub fn written(&self) -> u64 {

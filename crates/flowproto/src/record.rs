@@ -40,6 +40,8 @@ pub struct CollectedFlow {
     /// Elements sonde does not interpret: (enterprise number, element id, value), kept so
     /// they can be shown by number.
     pub extra: Vec<(u32, u16, Vec<u8>)>,
+    /// Fields of a JSON producer (ZMQ) that sonde does not interpret, kept to be shown.
+    pub extra_text: Vec<(String, String)>,
 }
 
 /// A packet header sampled by an sFlow agent: it goes through sonde's packet decoder like a

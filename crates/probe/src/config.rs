@@ -10,6 +10,8 @@ pub enum Input {
     File(PathBuf),
     Live(String),
     Synthetic(SyntheticSpec),
+    /// Flows from exporters and producers (NetFlow/IPFIX/sFlow, JSON over ZMQ).
+    Collect(Vec<crate::collect::CollectSource>),
 }
 
 /// How fast a file is read: as fast as the engine goes, or paced by its timestamps.

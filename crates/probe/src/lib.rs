@@ -6,12 +6,18 @@
 //! reader, expired flow records to the sink) or as periodic copies (stats every few thousand
 //! packets, snapshots on request between batches), so readers never stop packet processing.
 
+mod collect;
 mod config;
+mod flow_export;
 mod report;
 mod run;
 mod shard;
 pub mod sinks;
+mod zmq_sink;
 
+pub use collect::CollectSource;
 pub use config::{Input, ProbeConfig, Replay, SinkFactory};
+pub use flow_export::{ExportTarget, FlowExportSink};
 pub use report::{format_count, stats_line, summary_json};
 pub use run::{start, Probe, ProbeError, Summary};
+pub use zmq_sink::ZmqSink;

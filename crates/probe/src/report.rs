@@ -112,6 +112,9 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "if_dropped": s.capture.if_dropped,
         },
         "collected": {
+            "messages": s.collector_messages,
+            "decoded": s.collector_records,
+            "errors": s.collector_errors,
             "records": t.collected_records,
             "samples": t.collected_samples,
             "packets": t.collected_packets,

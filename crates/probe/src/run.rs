@@ -1,5 +1,6 @@
 //! Starting a probe, reading it while it runs, and collecting its summary.
 
+use crate::collect::{self, CollectSource, CollectedBatch, CollectorCounters, Dispatcher};
 use crate::config::{Input, ProbeConfig, Replay};
 use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
 use crate::sinks::{FileSink, RecordSink, SinkReport};
@@ -58,11 +59,18 @@ pub struct Summary {
     pub flows_written: u64,
     /// What each flow sink delivered (the flows file first, when there is one).
     pub sinks: Vec<SinkReport>,
+    /// Collectors: messages received, records decoded, entries that were not flows.
+    pub collector_messages: u64,
+    pub collector_records: u64,
+    pub collector_errors: u64,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
     pub error: Option<CaptureError>,
 }
+
+/// What the sink thread hands back: every sink's report, or the sink that failed and why.
+type SinkResult = Result<Vec<SinkReport>, (String, std::io::Error)>;
 
 /// The `--hosts-out` writer thread and the probe's own sender for the final hosts.
 type HostSink = (Sender<Vec<Host>>, JoinHandle<std::io::Result<u64>>);
@@ -72,8 +80,11 @@ pub struct Probe {
     stop: Arc<AtomicBool>,
     shards: Vec<JoinHandle<ShardOutput>>,
     reader: Option<JoinHandle<ShardStats>>,
-    sink: Option<JoinHandle<Result<Vec<SinkReport>, (String, std::io::Error)>>>,
+    sink: Option<JoinHandle<SinkResult>>,
     host_sink: Option<HostSink>,
+    /// Collector threads (they stop with the stop flag; shards end when all of them have).
+    receivers: Vec<JoinHandle<()>>,
+    collector_counters: Arc<CollectorCounters>,
     has_flows_file: bool,
     progress: Arc<AtomicU64>,
     file_len: Option<u64>,
@@ -161,6 +172,10 @@ impl Probe {
             .reader
             .take()
             .map(|h| h.join().expect("reader thread panicked"));
+        // Collectors first: when they are gone, the shards' channels close and shards finish.
+        for h in self.receivers.drain(..) {
+            let _ = h.join();
+        }
         let mut outputs = Vec::new();
         for h in self.shards.drain(..) {
             outputs.push(h.join().expect("shard thread panicked"));
@@ -230,6 +245,9 @@ impl Probe {
             capture,
             flows_written,
             sinks,
+            collector_messages: self.collector_counters.messages.load(Ordering::Relaxed),
+            collector_records: self.collector_counters.records.load(Ordering::Relaxed),
+            collector_errors: self.collector_counters.errors.load(Ordering::Relaxed),
             elapsed: self.started.elapsed(),
             error,
         })
@@ -406,6 +424,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     };
 
     let mut shard_handles = Vec::new();
+    let mut receivers = Vec::new();
+    let collector_counters = Arc::new(CollectorCounters::default());
     let mut reader = None;
     let mut file_len = None;
     let mut deadline = cfg.duration.map(|d| Instant::now() + d);
@@ -478,6 +498,41 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 )?);
             }
         }
+        Input::Collect(sources) => {
+            if cfg.filter.is_some() {
+                return Err(ProbeError::Config(
+                    "-f/--filter does not apply to collected flows".into(),
+                ));
+            }
+            let mut txs = Vec::new();
+            for (i, ctx) in ctxs.drain(..).enumerate() {
+                let (tx, rx) = bounded::<CollectedBatch>(64);
+                txs.push(tx);
+                shard_handles.push(spawn(
+                    format!("shard{i}"),
+                    Box::new(move || collect::run_collected(ctx, rx)),
+                )?);
+            }
+            for src in sources {
+                let out = Dispatcher::new(txs.clone());
+                let (stop, counters) = (stop.clone(), collector_counters.clone());
+                let h = match src {
+                    CollectSource::Zmq(endpoint) => {
+                        let sock = collect::bind_zmq(endpoint).map_err(ProbeError::Config)?;
+                        std::thread::Builder::new()
+                            .name("collect-zmq".into())
+                            .spawn(move || collect::run_zmq(sock, out, stop, counters))
+                    }
+                    CollectSource::Udp(_) | CollectSource::Tcp(_) => {
+                        return Err(ProbeError::Config(
+                            "NetFlow/IPFIX/sFlow collection is not built yet".into(),
+                        ))
+                    }
+                }
+                .map_err(|e| ProbeError::Config(format!("cannot start a collector: {e}")))?;
+                receivers.push(h);
+            }
+        }
         Input::Synthetic(spec) => {
             if cfg.filter.is_some() {
                 return Err(ProbeError::Config(
@@ -500,6 +555,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         reader,
         sink,
         host_sink,
+        receivers,
+        collector_counters,
         has_flows_file: cfg.flows_out.is_some(),
         progress,
         file_len,

@@ -10,7 +10,11 @@ use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, S
 use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
-use sonde_probe::{format_count, stats_line, summary_json, Input, ProbeConfig, Replay};
+use sonde_probe::sinks::RecordSink;
+use sonde_probe::{
+    format_count, stats_line, summary_json, CollectSource, ExportTarget, FlowExportSink, Input,
+    ProbeConfig, Replay, ZmqSink,
+};
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -23,7 +27,7 @@ use std::time::{Duration, Instant};
     version,
     about = "Real-time network traffic monitor: packets in, exact flows and hosts out"
 )]
-#[command(group = clap::ArgGroup::new("input").required(true).args(["read", "interface", "synthetic"]))]
+#[command(group = clap::ArgGroup::new("input").required(true).args(["read", "interface", "synthetic", "collect"]))]
 struct Cli {
     /// Read packets from a pcap or pcapng file.
     #[arg(short = 'r', long = "read", value_name = "FILE")]
@@ -35,6 +39,19 @@ struct Cli {
     /// [,payload=zero|http|tls|dns|mix].
     #[arg(long, value_name = "SPEC")]
     synthetic: Option<String>,
+    /// Collect flows instead of capturing packets: udp://ADDR:PORT (NetFlow v5/v9, IPFIX,
+    /// sFlow), tcp://ADDR:PORT (IPFIX over TCP), zmq+tcp://ADDR:PORT (JSON flows from
+    /// --zmq-export); may be given several times. Runs until Ctrl-C or --duration.
+    #[arg(long, value_name = "SOURCE")]
+    collect: Vec<String>,
+    /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,
+    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times.
+    #[arg(long, value_name = "TARGET")]
+    export: Vec<String>,
+    /// Push expired flows as JSON to a collector over ZMQ (tcp://HOST:PORT of another sonde's
+    /// --collect zmq+tcp://…).
+    #[arg(long, value_name = "ENDPOINT")]
+    zmq_export: Vec<String>,
     /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.
     #[arg(short = 'f', long = "filter", value_name = "BPF")]
     filter: Option<String>,
@@ -197,6 +214,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Input::Live(i.clone())
     } else if let Some(s) = &cli.synthetic {
         Input::Synthetic(SyntheticSpec::parse(s)?)
+    } else if !cli.collect.is_empty() {
+        let sources: Result<Vec<_>, String> = cli
+            .collect
+            .iter()
+            .map(|s| CollectSource::parse(s))
+            .collect();
+        Input::Collect(sources.map_err(anyhow::Error::msg)?)
     } else {
         bail!("no input: give -r FILE, -i IFACE or --synthetic SPEC");
     };
@@ -213,8 +237,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Input::File(p) => p.display().to_string(),
         Input::Live(i) => format!("interface {i}"),
         Input::Synthetic(_) => format!("synthetic {}", cli.synthetic.as_deref().unwrap_or("")),
+        Input::Collect(_) => format!("collector {}", cli.collect.join(" ")),
     };
-    let is_live = matches!(input, Input::Live(_));
+    let is_live = matches!(input, Input::Live(_) | Input::Collect(_));
     let is_file = matches!(input, Input::File(_));
     let mut cfg = ProbeConfig::new(input);
     cfg.filter = cli.filter.clone();
@@ -241,6 +266,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(&cli)?;
+    for text in &cli.export {
+        let target = ExportTarget::parse(text).map_err(anyhow::Error::msg)?;
+        cfg.extra_sinks.push(std::sync::Arc::new(move || {
+            FlowExportSink::open(target.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+        }));
+    }
+    for endpoint in &cli.zmq_export {
+        let endpoint = endpoint.clone();
+        cfg.extra_sinks.push(std::sync::Arc::new(move || {
+            ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
+        }));
+    }
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")

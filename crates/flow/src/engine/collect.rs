@@ -5,7 +5,10 @@
 use super::{Engine, NO_SLOT};
 use crate::key::FlowKey;
 use crate::stats::DropReason;
-use sonde_dpi::{Confidence, Proto};
+use sonde_dpi::{wire_string, Confidence, Proto};
+
+/// Uninterpreted fields kept per collected flow.
+const MAX_EXTRA: usize = 64;
 use sonde_flowproto::{CollectedFlow, SampledPacket};
 use sonde_wire::{Decoded, LinkType, Outcome};
 use std::net::SocketAddr;
@@ -60,6 +63,9 @@ impl Engine {
                 f.dpi_done = true;
             }
         }
+        if !c.extra.is_empty() || !c.extra_text.is_empty() {
+            self.keep_extra(slot, c);
+        }
         if last > self.now_ns {
             self.now_ns = last;
         }
@@ -111,6 +117,31 @@ impl Engine {
         self.stats.collected_samples += 1;
         self.stats.collected_packets += rate;
         self.stats.collected_bytes += d.ip_len as u64 * rate;
+    }
+
+    /// Keeps a collected record's uninterpreted fields with its flow (latest value per name,
+    /// at most [`MAX_EXTRA`] names) so the flow's record shows them.
+    fn keep_extra(&mut self, slot: u32, c: &CollectedFlow) {
+        let i = slot as usize;
+        if self.dpi_meta.len() <= i {
+            self.dpi_meta.resize_with(i + 1, || None);
+        }
+        let meta = self.dpi_meta[i].get_or_insert_with(Box::default);
+        let numbered = c.extra.iter().map(|(pen, id, v)| {
+            let hex: String = v.iter().take(64).map(|b| format!("{b:02x}")).collect();
+            (format!("IE{pen}.{id}"), hex)
+        });
+        let named = c
+            .extra_text
+            .iter()
+            .map(|(k, v)| (wire_string(k.as_bytes()), wire_string(v.as_bytes())));
+        for (k, v) in numbered.chain(named) {
+            if let Some(e) = meta.extra.iter_mut().find(|(n, _)| *n == k) {
+                e.1 = v;
+            } else if meta.extra.len() < MAX_EXTRA {
+                meta.extra.push((k, v));
+            }
+        }
     }
 
     /// The flow slot for a packet-like description, created if needed (None: table full).

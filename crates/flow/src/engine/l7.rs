@@ -132,6 +132,10 @@ impl Engine {
             if self.dpi_meta.len() <= i {
                 self.dpi_meta.resize_with(i + 1, || None);
             }
+            // A collected flow may already have kept fields there: they stay.
+            if let Some(old) = self.dpi_meta[i].take() {
+                st.meta.extra = old.extra;
+            }
             self.dpi_meta[i] = Some(Box::new(std::mem::take(&mut st.meta)));
         }
     }
@@ -139,8 +143,7 @@ impl Engine {
     /// The flow in `slot` ends: settles its label if DPI had not finished, and hands back its
     /// metadata for the record.
     pub(super) fn dpi_end(&mut self, slot: u32) -> Option<Box<Meta>> {
-        self.dpi.as_ref()?;
-        if !self.flows[slot as usize].dpi_done {
+        if self.dpi.is_some() && !self.flows[slot as usize].dpi_done {
             let st = self
                 .dpi_active
                 .get_mut(slot as usize)

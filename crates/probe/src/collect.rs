@@ -1,0 +1,221 @@
+//! Collection: flows that arrive already measured (NetFlow/IPFIX/sFlow from exporters, JSON
+//! flows from another sonde or any nProbe-style producer over ZMQ) go to the same shards,
+//! flow tables and sinks as captured packets.
+//!
+//! Receiver threads only receive and decode; records are handed to the shard that owns their
+//! flow (the symmetric flow hash, as for packets) in batches. A shard with nothing to do wakes
+//! up every 200 ms to run its timeouts by the wall clock.
+
+use crate::shard::{wall_ns, ShardCtx, ShardOutput};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use sonde_capture::CaptureDrops;
+use sonde_flow::FlowKey;
+use sonde_flowproto::{CollectedFlow, SampledPacket};
+use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::Duration;
+
+/// Where collected flows come from.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CollectSource {
+    /// NetFlow v5/v9, IPFIX or sFlow datagrams (the protocol is told by each datagram).
+    Udp(std::net::SocketAddr),
+    /// IPFIX over TCP.
+    Tcp(std::net::SocketAddr),
+    /// JSON flows over ZMQ: a PULL socket bound here; producers connect with --zmq-export.
+    Zmq(String),
+}
+
+impl CollectSource {
+    /// Parses `udp://ADDR:PORT`, `tcp://ADDR:PORT` (IPFIX over TCP), `zmq+tcp://ADDR:PORT`,
+    /// or a bare `ADDR:PORT` (UDP).
+    pub fn parse(s: &str) -> Result<CollectSource, String> {
+        let (scheme, rest) = s.split_once("://").unwrap_or(("udp", s));
+        let addr = || {
+            rest.parse::<std::net::SocketAddr>().map_err(|_| {
+                format!(
+                    "--collect '{s}': '{rest}' is not ADDRESS:PORT (examples: udp://0.0.0.0:2055, \
+                     tcp://127.0.0.1:4739, zmq+tcp://127.0.0.1:5556)"
+                )
+            })
+        };
+        match scheme {
+            "udp" => Ok(CollectSource::Udp(addr()?)),
+            "tcp" | "ipfix+tcp" => Ok(CollectSource::Tcp(addr()?)),
+            "zmq+tcp" | "zmq" => {
+                addr()?;
+                Ok(CollectSource::Zmq(format!("tcp://{rest}")))
+            }
+            other => Err(format!(
+                "--collect '{s}': unknown scheme '{other}' (use udp://, tcp:// or zmq+tcp://)"
+            )),
+        }
+    }
+}
+
+/// Collected records for one shard.
+#[derive(Default)]
+pub(crate) struct CollectedBatch {
+    pub flows: Vec<CollectedFlow>,
+    pub samples: Vec<SampledPacket>,
+}
+
+/// Counters of the receivers, shared with the probe (for the summary).
+#[derive(Default, Debug)]
+pub struct CollectorCounters {
+    pub messages: AtomicU64,
+    pub records: AtomicU64,
+    pub errors: AtomicU64,
+}
+
+/// Routes collected records to the shards that own their flows, in batches.
+// The sFlow path (`sample`) is used once the NetFlow/sFlow receivers are wired in.
+#[allow(dead_code)]
+pub(crate) struct Dispatcher {
+    txs: Vec<Sender<CollectedBatch>>,
+    batches: Vec<CollectedBatch>,
+    decoder: Decoder,
+    decoded: Decoded,
+}
+
+const BATCH: usize = 256;
+
+impl Dispatcher {
+    pub fn new(txs: Vec<Sender<CollectedBatch>>) -> Dispatcher {
+        let batches = txs.iter().map(|_| CollectedBatch::default()).collect();
+        Dispatcher {
+            txs,
+            batches,
+            decoder: Decoder::default(),
+            decoded: Decoded::default(),
+        }
+    }
+
+    fn shard_of(&self, d: &Decoded) -> usize {
+        let (key, _) = FlowKey::from_packet(d);
+        ((key.hash() >> 32) % self.txs.len() as u64) as usize
+    }
+
+    pub fn flow(&mut self, c: CollectedFlow) {
+        let d = Decoded {
+            src: c.src,
+            dst: c.dst,
+            sport: c.sport,
+            dport: c.dport,
+            proto: c.proto,
+            ip_version: c.ip_version,
+            vlan: c.vlan,
+            ..Decoded::default()
+        };
+        let i = self.shard_of(&d);
+        self.batches[i].flows.push(c);
+        if self.batches[i].flows.len() >= BATCH {
+            self.send(i);
+        }
+    }
+
+    #[allow(dead_code)]
+    pub fn sample(&mut self, s: SampledPacket) {
+        // Decoded here only to find the flow's shard; the shard decodes it again to count it.
+        let link = if s.header_protocol == 1 {
+            LinkType::Ethernet
+        } else {
+            LinkType::Raw
+        };
+        let i = match self
+            .decoder
+            .decode(link, 0, &s.header, s.frame_length, &mut self.decoded)
+        {
+            Ok(Outcome::Ip) => self.shard_of(&self.decoded),
+            _ => 0, // counted as non-IP or malformed by shard 0
+        };
+        self.batches[i].samples.push(s);
+        if self.batches[i].samples.len() >= BATCH {
+            self.send(i);
+        }
+    }
+
+    fn send(&mut self, i: usize) {
+        let b = std::mem::take(&mut self.batches[i]);
+        let _ = self.txs[i].send(b);
+    }
+
+    /// Hands every pending record over (after each received message, so nothing waits).
+    pub fn flush(&mut self) {
+        for i in 0..self.batches.len() {
+            if !self.batches[i].flows.is_empty() || !self.batches[i].samples.is_empty() {
+                self.send(i);
+            }
+        }
+    }
+}
+
+/// A shard fed collected records.
+pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> ShardOutput {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(b) => {
+                let now = wall_ns();
+                for f in &b.flows {
+                    ctx.engine.ingest_flow(f, now);
+                }
+                for s in &b.samples {
+                    ctx.engine.ingest_sample(s, now);
+                }
+            }
+            Err(RecvTimeoutError::Timeout) => {}
+            Err(RecvTimeoutError::Disconnected) => break,
+        }
+        ctx.engine.tick_if_due(wall_ns());
+        ctx.housekeeping();
+        if ctx.stopped() && rx.is_empty() {
+            break;
+        }
+    }
+    ctx.finish(CaptureDrops::default())
+}
+
+/// Receives JSON flows on a bound ZMQ PULL socket until `stop`.
+pub(crate) fn run_zmq(
+    socket: zmq::Socket,
+    mut out: Dispatcher,
+    stop: Arc<AtomicBool>,
+    counters: Arc<CollectorCounters>,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        match socket.recv_bytes(0) {
+            Ok(msg) => {
+                counters.messages.fetch_add(1, Ordering::Relaxed);
+                let (flows, errors) = sonde_export::ingest::flows_from_message(&msg);
+                counters
+                    .records
+                    .fetch_add(flows.len() as u64, Ordering::Relaxed);
+                counters
+                    .errors
+                    .fetch_add(errors.len() as u64, Ordering::Relaxed);
+                for f in flows {
+                    out.flow(f);
+                }
+                out.flush();
+            }
+            Err(zmq::Error::EAGAIN) => {}
+            Err(_) => break,
+        }
+    }
+    out.flush();
+}
+
+/// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start).
+pub(crate) fn bind_zmq(endpoint: &str) -> Result<zmq::Socket, String> {
+    let ctx = zmq::Context::new();
+    let s = ctx
+        .socket(zmq::PULL)
+        .map_err(|e| format!("zmq: cannot create a socket: {e}"))?;
+    s.set_rcvtimeo(200)
+        .map_err(|e| format!("zmq: cannot set a receive timeout: {e}"))?;
+    s.bind(endpoint).map_err(|e| {
+        format!("--collect {endpoint}: cannot listen ({e}); is the port in use or the address not local?")
+    })?;
+    Ok(s)
+}

@@ -1,0 +1,77 @@
+"""Two sonde instances chained over ZMQ (issue 4): the lower one reads a capture and pushes its
+expired flows as JSON; the upper one collects them and must show the same flows (packets and
+bytes per direction, application labels) and their hosts, and keep a producer's unknown keys.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import socket
+import subprocess
+import time
+
+import oracle
+
+
+def _free_tcp_port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def _directed(records):
+    c = collections.Counter()
+    for r in records:
+        proto, a, b = oracle.record_endpoints(r)
+        c[(proto, a, b, "pkts")] += int(r["IN_PKTS"])
+        c[(proto, a, b, "bytes")] += int(r["IN_BYTES"])
+        c[(proto, b, a, "pkts")] += int(r["OUT_PKTS"])
+        c[(proto, b, a, "bytes")] += int(r["OUT_BYTES"])
+    return +c
+
+
+def test_upper_instance_shows_lower_instances_flows(sonde_bin, corpus, workdir):
+    port = _free_tcp_port()
+    up_flows, up_hosts, up_stats = (workdir / n for n in ("up.jsonl", "up-hosts.jsonl", "up.json"))
+    upper = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"zmq+tcp://127.0.0.1:{port}", "--duration", "6",
+         "--flows-out", str(up_flows), "--hosts-out", str(up_hosts), "--stats-json",
+         str(up_stats), "--idle-timeout", "100000", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        low_flows = workdir / "low.jsonl"
+        low = subprocess.run(
+            [str(sonde_bin), "-r", str(corpus / "1kxun.pcap"), "--zmq-export",
+             f"tcp://127.0.0.1:{port}", "--flows-out", str(low_flows), "-q"],
+            capture_output=True, text=True, timeout=120)
+        assert low.returncode == 0, low.stderr
+        _, err = upper.communicate(timeout=60)
+    finally:
+        if upper.poll() is None:
+            upper.kill()
+    assert upper.returncode == 0, err
+    lower = oracle.load_jsonl(str(low_flows))
+    collected = oracle.load_jsonl(str(up_flows))
+    assert lower, "the lower instance exported nothing"
+    assert _directed(collected) == _directed(lower), "the upper instance's flows differ"
+    labels = lambda rs: collections.Counter(r.get("L7_PROTO_NAME") for r in rs)  # noqa: E731
+    assert labels(collected) == labels(lower)
+    stats = json.loads(up_stats.read_text())
+    assert stats["collected"]["decoded"] == len(lower)
+    assert stats["collected"]["errors"] == 0
+    # Hosts: every address of the lower instance's flows is a host of the upper one.
+    hosts = {h["IP_ADDR"] for h in oracle.load_jsonl(str(up_hosts))}
+    addrs = {oracle.record_endpoints(r)[i][0] for r in lower for i in (1, 2)}
+    assert addrs <= {oracle.norm_addr(h) for h in hosts}
+    # Keys the collector does not interpret (DPI metadata here) are kept, not dropped.
+    def meta(rs):
+        return sorted((r["SERVER_NAME"], r.get("HTTP_HOST") or "") for r in rs
+                      if r.get("SERVER_NAME"))
+
+    assert meta(lower), "the capture should have flows with a server name"
+    assert meta(collected) == meta(lower)
+
