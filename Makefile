@@ -6,7 +6,7 @@ FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
 SAMPLE := samples/loopback-http-dns.pcapng
 
-.PHONY: setup build run test test-unit test-system bench bench-quick lint fmt
+.PHONY: setup build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
 
 setup:
 	scripts/setup.sh
@@ -41,3 +41,12 @@ lint:
 
 fmt:
 	$(CARGO) fmt --all
+
+# cargo-fuzz targets (crates/dpi/fuzz, crates/wire/fuzz), FUZZ_SECONDS each (default 10); needs
+# the nightly toolchain, installs cargo-fuzz when missing.
+fuzz-smoke:
+	scripts/fuzz-smoke.sh
+
+# The same, longer (FUZZ_SECONDS, default 300), keeping the corpora under target/fuzz-work.
+fuzz-long:
+	scripts/fuzz-long.sh

@@ -3,7 +3,8 @@
 # and runs `apt-get update` only when something has to be installed.
 #
 #   tshark, capinfos  oracle for tests/system (packages tshark, wireshark-common)
-#   nfcapd, nfdump    collector that reads sonde's NetFlow/IPFIX export (package nfdump)
+#   nfdump, softflowd, pmacct   flow-protocol peers (nfcapd reads sonde's export; softflowd and
+#                     pmacctd feed its collector): installed by scripts/setup-bench-deps.sh
 #   libpcap-dev       to build sonde (live capture and BPF filters)
 #   iproute2          `ip`, for live-capture tests
 #   setpriv           util-linux, to run sonde as an unprivileged user in tests
@@ -31,11 +32,10 @@ declare -A PROBE=(
     [libpcap-dev]="file:/usr/include/pcap/pcap.h"
     [iproute2]="cmd:ip"
     [util-linux]="cmd:setpriv"
-    [nfdump]="cmd:nfcapd"
 )
 
 missing=()
-for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux nfdump; do
+for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -73,8 +73,11 @@ if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 0 ]; then
     python3 -m pip install --quiet pytest
 fi
 
+# The flow-protocol peers (with their services kept from starting).
+"$(dirname "$0")/setup-bench-deps.sh"
+
 # Check the result.
-for c in tshark capinfos ip setpriv nfcapd nfdump; do
+for c in tshark capinfos ip setpriv nfcapd nfdump softflowd pmacctd; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

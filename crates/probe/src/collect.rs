@@ -10,6 +10,7 @@ use crate::shard::{wall_ns, ShardCtx, ShardOutput};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use sonde_capture::CaptureDrops;
 use sonde_flow::FlowKey;
+use sonde_flowproto::decode::{Collector, Config, ExporterStats, IpfixStream};
 use sonde_flowproto::{CollectedFlow, SampledPacket};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -70,16 +71,21 @@ pub struct CollectorCounters {
 }
 
 /// Routes collected records to the shards that own their flows, in batches.
-// The sFlow path (`sample`) is used once the NetFlow/sFlow receivers are wired in.
-#[allow(dead_code)]
 pub(crate) struct Dispatcher {
     txs: Vec<Sender<CollectedBatch>>,
+    // (The rest is per receiver thread: cloning gives a fresh one.)
     batches: Vec<CollectedBatch>,
     decoder: Decoder,
     decoded: Decoded,
 }
 
 const BATCH: usize = 256;
+
+impl Clone for Dispatcher {
+    fn clone(&self) -> Self {
+        Dispatcher::new(self.txs.clone())
+    }
+}
 
 impl Dispatcher {
     pub fn new(txs: Vec<Sender<CollectedBatch>>) -> Dispatcher {
@@ -115,7 +121,6 @@ impl Dispatcher {
         }
     }
 
-    #[allow(dead_code)]
     pub fn sample(&mut self, s: SampledPacket) {
         // Decoded here only to find the flow's shard; the shard decodes it again to count it.
         let link = if s.header_protocol == 1 {
@@ -152,22 +157,32 @@ impl Dispatcher {
 }
 
 /// A shard fed collected records.
+///
+/// The shard's clock is the records' own time (like packet time for captures), moved on by
+/// the wall clock while no record arrives: live exporters keep it near the wall clock, and
+/// replayed old records expire by their own times rather than all at once.
 pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> ShardOutput {
+    // No clock before the first record: the wall clock would run ahead of replayed records.
+    let mut base: Option<(u64, std::time::Instant)> = None;
+    let clock = |b: (u64, std::time::Instant)| b.0 + b.1.elapsed().as_nanos() as u64;
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(b) => {
-                let now = wall_ns();
+                let now = base.map(clock).unwrap_or_else(wall_ns);
                 for f in &b.flows {
                     ctx.engine.ingest_flow(f, now);
                 }
                 for s in &b.samples {
                     ctx.engine.ingest_sample(s, now);
                 }
+                base = Some((ctx.engine.now_ns(), std::time::Instant::now()));
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
         }
-        ctx.engine.tick_if_due(wall_ns());
+        if let Some(b) = base {
+            ctx.engine.tick_if_due(clock(b));
+        }
         ctx.housekeeping();
         if ctx.stopped() && rx.is_empty() {
             break;
@@ -176,13 +191,164 @@ pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> 
     ctx.finish(CaptureDrops::default())
 }
 
+/// Per-exporter statistics of the NetFlow/IPFIX/sFlow receivers, for the summary.
+pub type ExporterReport = Vec<(std::net::SocketAddr, ExporterStats)>;
+
+fn now_ms() -> u64 {
+    wall_ns() / 1_000_000
+}
+
+/// Decodes one datagram (or IPFIX message) and hands its records on.
+fn decode_into(
+    collector: &mut Collector,
+    exporter: std::net::SocketAddr,
+    data: &[u8],
+    out: &mut Dispatcher,
+    counters: &CollectorCounters,
+    scratch: &mut (Vec<CollectedFlow>, Vec<SampledPacket>),
+) {
+    counters.messages.fetch_add(1, Ordering::Relaxed);
+    let (flows, samples) = scratch;
+    match collector.decode(exporter, data, now_ms(), flows, samples) {
+        Ok(summary) => {
+            counters
+                .errors
+                .fetch_add(summary.errors as u64, Ordering::Relaxed);
+        }
+        Err(_) => {
+            counters.errors.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    counters
+        .records
+        .fetch_add((flows.len() + samples.len()) as u64, Ordering::Relaxed);
+    for f in flows.drain(..) {
+        out.flow(f);
+    }
+    for s in samples.drain(..) {
+        out.sample(s);
+    }
+    out.flush();
+}
+
+/// Receives NetFlow/IPFIX/sFlow datagrams on a bound UDP socket until `stop`.
+pub(crate) fn run_udp(
+    socket: std::net::UdpSocket,
+    mut out: Dispatcher,
+    stop: Arc<AtomicBool>,
+    counters: Arc<CollectorCounters>,
+) -> ExporterReport {
+    let mut collector = Collector::new(Config::default());
+    let mut buf = vec![0u8; 65536];
+    let mut scratch = (Vec::new(), Vec::new());
+    while !stop.load(Ordering::Relaxed) {
+        match socket.recv_from(&mut buf) {
+            Ok((n, from)) => decode_into(
+                &mut collector,
+                from,
+                &buf[..n],
+                &mut out,
+                &counters,
+                &mut scratch,
+            ),
+            Err(e)
+                if matches!(
+                    e.kind(),
+                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                ) => {}
+            Err(_) => break,
+        }
+    }
+    collector.stats().map(|(a, s)| (a, s.clone())).collect()
+}
+
+/// Accepts IPFIX-over-TCP connections until `stop`; one thread per connection, each with its
+/// own stream reassembly (IPFIX messages are framed by their length field).
+pub(crate) fn run_tcp(
+    listener: std::net::TcpListener,
+    out: Dispatcher,
+    stop: Arc<AtomicBool>,
+    counters: Arc<CollectorCounters>,
+) -> ExporterReport {
+    let mut conns = Vec::new();
+    while !stop.load(Ordering::Relaxed) {
+        match listener.accept() {
+            Ok((stream, peer)) => {
+                let (mut out, stop, counters) = (out.clone(), stop.clone(), counters.clone());
+                conns.push(std::thread::spawn(move || {
+                    let mut collector = Collector::new(Config::default());
+                    let mut framer = IpfixStream::new(1 << 20);
+                    let mut stream = stream;
+                    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                    let mut buf = vec![0u8; 65536];
+                    let mut scratch = (Vec::new(), Vec::new());
+                    'conn: while !stop.load(Ordering::Relaxed) {
+                        use std::io::Read;
+                        let n = match stream.read(&mut buf) {
+                            Ok(0) => break,
+                            Ok(n) => n,
+                            Err(e)
+                                if matches!(
+                                    e.kind(),
+                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                                ) =>
+                            {
+                                continue
+                            }
+                            Err(_) => break,
+                        };
+                        if framer.push(&buf[..n]).is_err() {
+                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                            break;
+                        }
+                        loop {
+                            match framer.next_message() {
+                                Ok(Some(msg)) => {
+                                    let msg = msg.to_vec();
+                                    decode_into(
+                                        &mut collector,
+                                        peer,
+                                        &msg,
+                                        &mut out,
+                                        &counters,
+                                        &mut scratch,
+                                    );
+                                }
+                                Ok(None) => break,
+                                Err(_) => {
+                                    // Not IPFIX framing: the stream cannot be resynchronised.
+                                    counters.errors.fetch_add(1, Ordering::Relaxed);
+                                    break 'conn;
+                                }
+                            }
+                        }
+                    }
+                    collector
+                        .stats()
+                        .map(|(a, s)| (a, s.clone()))
+                        .collect::<ExporterReport>()
+                }));
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
+                std::thread::sleep(Duration::from_millis(100));
+            }
+            Err(_) => break,
+        }
+    }
+    conns
+        .into_iter()
+        .filter_map(|h| h.join().ok())
+        .flatten()
+        .collect()
+}
+
 /// Receives JSON flows on a bound ZMQ PULL socket until `stop`.
 pub(crate) fn run_zmq(
     socket: zmq::Socket,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
-) {
+) -> ExporterReport {
     while !stop.load(Ordering::Relaxed) {
         match socket.recv_bytes(0) {
             Ok(msg) => {
@@ -204,6 +370,7 @@ pub(crate) fn run_zmq(
         }
     }
     out.flush();
+    Vec::new()
 }
 
 /// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start).

@@ -59,6 +59,9 @@ pub struct Summary {
     pub flows_written: u64,
     /// What each flow sink delivered (the flows file first, when there is one).
     pub sinks: Vec<SinkReport>,
+    /// NetFlow/IPFIX/sFlow exporters seen, with their statistics (records, templates, lost
+    /// records by sequence gaps, parse errors).
+    pub exporters: collect::ExporterReport,
     /// Collectors: messages received, records decoded, entries that were not flows.
     pub collector_messages: u64,
     pub collector_records: u64,
@@ -83,7 +86,7 @@ pub struct Probe {
     sink: Option<JoinHandle<SinkResult>>,
     host_sink: Option<HostSink>,
     /// Collector threads (they stop with the stop flag; shards end when all of them have).
-    receivers: Vec<JoinHandle<()>>,
+    receivers: Vec<JoinHandle<collect::ExporterReport>>,
     collector_counters: Arc<CollectorCounters>,
     has_flows_file: bool,
     progress: Arc<AtomicU64>,
@@ -173,8 +176,9 @@ impl Probe {
             .take()
             .map(|h| h.join().expect("reader thread panicked"));
         // Collectors first: when they are gone, the shards' channels close and shards finish.
+        let mut exporters = Vec::new();
         for h in self.receivers.drain(..) {
-            let _ = h.join();
+            exporters.extend(h.join().unwrap_or_default());
         }
         let mut outputs = Vec::new();
         for h in self.shards.drain(..) {
@@ -245,6 +249,7 @@ impl Probe {
             capture,
             flows_written,
             sinks,
+            exporters,
             collector_messages: self.collector_counters.messages.load(Ordering::Relaxed),
             collector_records: self.collector_counters.records.load(Ordering::Relaxed),
             collector_errors: self.collector_counters.errors.load(Ordering::Relaxed),
@@ -523,10 +528,37 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                             .name("collect-zmq".into())
                             .spawn(move || collect::run_zmq(sock, out, stop, counters))
                     }
-                    CollectSource::Udp(_) | CollectSource::Tcp(_) => {
-                        return Err(ProbeError::Config(
-                            "NetFlow/IPFIX/sFlow collection is not built yet".into(),
-                        ))
+                    CollectSource::Udp(addr) => {
+                        let sock = std::net::UdpSocket::bind(addr)
+                            .and_then(|s| {
+                                s.set_read_timeout(Some(Duration::from_millis(200)))?;
+                                Ok(s)
+                            })
+                            .map_err(|e| {
+                                ProbeError::Config(format!(
+                                    "--collect udp://{addr}: cannot listen ({e}); is the port \
+                                     in use, or the address not one of this machine's?"
+                                ))
+                            })?;
+                        std::thread::Builder::new()
+                            .name("collect-udp".into())
+                            .spawn(move || collect::run_udp(sock, out, stop, counters))
+                    }
+                    CollectSource::Tcp(addr) => {
+                        let l = std::net::TcpListener::bind(addr)
+                            .and_then(|l| {
+                                l.set_nonblocking(true)?;
+                                Ok(l)
+                            })
+                            .map_err(|e| {
+                                ProbeError::Config(format!(
+                                    "--collect tcp://{addr}: cannot listen ({e}); is the port \
+                                     in use, or the address not one of this machine's?"
+                                ))
+                            })?;
+                        std::thread::Builder::new()
+                            .name("collect-tcp".into())
+                            .spawn(move || collect::run_tcp(l, out, stop, counters))
                     }
                 }
                 .map_err(|e| ProbeError::Config(format!("cannot start a collector: {e}")))?;
