@@ -5,7 +5,7 @@
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR]
-//!                    [--only grid,memory,peers,scaling,attack] [--repeats N]
+//!                    [--only grid,memory,dpi,peers,collect,scaling,attack] [--repeats N]
 
 use serde_json::Value;
 use sonde_bench::{
@@ -20,7 +20,9 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 5] = ["grid", "memory", "peers", "scaling", "attack"];
+const SECTIONS: [&str; 7] = [
+    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack",
+];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
 const PEER_LIMIT: Duration = Duration::from_secs(600);
@@ -840,7 +842,7 @@ fn peers(b: &mut Bench) {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## 3. sonde and its peers on the same pcap files\n\n\
+        "## 4. sonde and its peers on the same pcap files\n\n\
          Files: `{}/synth-hostsH-size64-packets{}.pcap`, written by `sonde --synthetic \
          hosts=H,size=64,packets={} -w FILE` (64-byte UDP frames, about H flows). One run per \
          tool and file, file in the page cache. Commands:\n",
@@ -983,6 +985,325 @@ fn peers(b: &mut Bench) {
 // ---------------------------------------------------------------------------------------------
 // 4. Scaling with shards
 
+/// The cost of application detection: the same synthetic traffic with real payloads (HTTP GET,
+/// TLS ClientHello, DNS query: `payload=mix`) with DPI off, sonde's built-in detectors and nDPI.
+fn dpi(b: &mut Bench) {
+    let packets: u64 = if b.opts.quick { 5_000_000 } else { 20_000_000 };
+    let hosts: &[u64] = if b.opts.quick {
+        &[100, 100_000]
+    } else {
+        &[100, 10_000, 100_000, 1_000_000]
+    };
+    let modes = ["off", "builtin", "ndpi"];
+    let mut t = Table::new(&[
+        "hosts",
+        "DPI off Mpps/CPU-s",
+        "builtin Mpps/CPU-s",
+        "builtin vs off",
+        "ndpi Mpps/CPU-s",
+        "ndpi vs off",
+        "RSS off / builtin / ndpi",
+    ]);
+    for &h in hosts {
+        let mut res = Vec::new();
+        for mode in modes {
+            b.progress(&format!("dpi: hosts={h} --dpi {mode}"));
+            let args = vec![
+                "--synthetic".to_string(),
+                format!(
+                    "hosts={},packets={},payload=mix",
+                    short_count(h),
+                    short_count(packets)
+                ),
+                "--dpi".into(),
+                mode.into(),
+            ];
+            res.push(b.sonde_median(&args, Some(packets)));
+        }
+        let rate = |r: &SondeRun| -> Option<f64> { r.error.is_none().then(|| r.cpu_pps()) };
+        let show = |r: &SondeRun| match (&r.error, rate(r)) {
+            (Some(e), _) => cell(e),
+            (None, Some(p)) => fmt_mpps(p),
+            _ => "?".into(),
+        };
+        let ratio = |r: &SondeRun| match (rate(r), rate(&res[0])) {
+            (Some(a), Some(o)) if o > 0.0 => format!("{:+.1}%", (a / o - 1.0) * 100.0),
+            _ => "-".into(),
+        };
+        t.row(vec![
+            short_count(h),
+            show(&res[0]),
+            show(&res[1]),
+            ratio(&res[1]),
+            show(&res[2]),
+            ratio(&res[2]),
+            format!(
+                "{} / {} / {}",
+                fmt_bytes(res[0].m.max_rss_bytes),
+                fmt_bytes(res[1].m.max_rss_bytes),
+                fmt_bytes(res[2].m.max_rss_bytes)
+            ),
+        ]);
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## 3. Cost of application detection\n\n`sonde --synthetic hosts=H,packets={},payload=mix \
+         --dpi off|builtin|ndpi` (one shard; flows carry an HTTP GET, a TLS ClientHello with SNI or \
+         a DNS query, each to its well-known port; every packet of a flow repeats its first \
+         payload, so TCP segments after the first are retransmissions, which DPI skips). \
+         Mpps per CPU-second, median of {} runs; \"vs off\" is the change against DPI off in \
+         the same run.\n",
+        short_count(packets),
+        b.opts.repeats
+    );
+    out.push_str(&t.to_markdown());
+    b.emit(&out);
+}
+
+/// What a collector kept: records, CPU seconds, peak RSS.
+type Stored = (u64, f64, u64);
+
+/// NetFlow v9 and IPFIX datagrams (made by sonde's encoder: 25–30 records each, every record a
+/// different flow) for the collector benchmark.
+fn flow_datagrams(format: sonde_flowproto::encode::ExportFormat, flows: u64) -> Vec<Vec<u8>> {
+    use sonde_flowproto::encode::{Exporter, ExporterConfig};
+    let mut e = Exporter::new(ExporterConfig::new(format));
+    let mut out = Vec::new();
+    let mut batch = Vec::with_capacity(1000);
+    let t0 = 1_700_000_000_000u64;
+    for i in 0..flows {
+        let mut f = sonde_flowproto::ExportFlow {
+            ip_version: 4,
+            sport: 1024 + (i % 60000) as u16,
+            dport: 443,
+            proto: 6,
+            packets: 10 + i % 7,
+            bytes: 1500 + i % 1000,
+            first_ms: t0 + i / 1000,
+            last_ms: t0 + i / 1000 + 500,
+            tcp_flags: 0x1b,
+            ..Default::default()
+        };
+        f.src[..4].copy_from_slice(&(0x0a00_0000u32 + (i as u32)).to_be_bytes());
+        f.dst[..4].copy_from_slice(&(0xc0a8_0000u32 + (i as u32 % 65536)).to_be_bytes());
+        batch.push(f);
+        if batch.len() == batch.capacity() {
+            e.encode(&batch, t0, &mut out);
+            batch.clear();
+        }
+    }
+    e.encode(&batch, t0, &mut out);
+    out
+}
+
+/// Sends `dgrams` to 127.0.0.1:`port`, paced so that a collector keeping up loses none
+/// (`per_ms` datagrams per millisecond).
+fn send_paced(dgrams: &[Vec<u8>], port: u16, per_ms: usize) -> io::Result<f64> {
+    let s = UdpSocket::bind("127.0.0.1:0")?;
+    let start = Instant::now();
+    for (i, d) in dgrams.iter().enumerate() {
+        s.send_to(d, ("127.0.0.1", port))?;
+        if i % per_ms.max(1) == per_ms.max(1) - 1 {
+            let due = Duration::from_millis((i / per_ms.max(1)) as u64 + 1);
+            if let Some(wait) = due.checked_sub(start.elapsed()) {
+                std::thread::sleep(wait);
+            }
+        }
+    }
+    Ok(start.elapsed().as_secs_f64())
+}
+
+fn wait_udp_bound(port: u16) {
+    let t0 = Instant::now();
+    while UdpSocket::bind(("127.0.0.1", port)).is_ok() && t0.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+}
+
+/// Collector speed: the same NetFlow v9 / IPFIX datagrams replayed over UDP on 127.0.0.1 to sonde
+/// (`--collect`, decoding into its flow model), nfcapd (writing nfdump files) and nfacctd
+/// (pmacct, print plugin): records per CPU-second of each collector process.
+fn collect(b: &mut Bench) {
+    use sonde_flowproto::encode::ExportFormat;
+    let flows: u64 = if b.opts.quick { 500_000 } else { 2_000_000 };
+    // 40 datagrams per ms is ~1.1M records/s: every collector keeps up, so CPU per record
+    // compares the decoders, not their loss.
+    let per_ms = 40;
+    let mut t = Table::new(&[
+        "format",
+        "collector",
+        "records sent",
+        "records stored",
+        "CPU s",
+        "records / CPU-s",
+        "sonde's ratio",
+        "max RSS",
+    ]);
+    for (fname, format) in [
+        ("NetFlow v9", ExportFormat::NetflowV9),
+        ("IPFIX", ExportFormat::Ipfix),
+    ] {
+        b.progress(&format!(
+            "collect: encoding {} {fname} records",
+            fmt_count(flows)
+        ));
+        let dgrams = flow_datagrams(format, flows);
+        let secs = (dgrams.len() / per_ms / 1000) as u64 + 6;
+        let mut results: Vec<(String, Result<Stored, String>)> = Vec::new();
+        for tool in ["sonde", "nfcapd", "nfacctd"] {
+            b.progress(&format!("collect: {fname} → {tool}"));
+            let dir = b.next_scratch();
+            let port = UdpSocket::bind("127.0.0.1:0")
+                .and_then(|s| s.local_addr())
+                .map(|a| a.port())
+                .unwrap_or(29999);
+            let stats = dir.join("stats.json");
+            let argv: Vec<String> = match tool {
+                "sonde" => vec![
+                    b.opts.sonde.display().to_string(),
+                    "--collect".into(),
+                    format!("udp://127.0.0.1:{port}"),
+                    "--duration".into(),
+                    secs.to_string(),
+                    "--dpi".into(),
+                    "off".into(),
+                    "--stats-json".into(),
+                    stats.display().to_string(),
+                    "-q".into(),
+                ],
+                "nfcapd" => {
+                    let _ = std::fs::create_dir_all(dir.join("nf"));
+                    vec![
+                        "timeout".into(),
+                        "-s".into(),
+                        "TERM".into(),
+                        secs.to_string(),
+                        "nfcapd".into(),
+                        "-w".into(),
+                        dir.join("nf").display().to_string(),
+                        "-p".into(),
+                        port.to_string(),
+                        "-b".into(),
+                        "127.0.0.1".into(),
+                    ]
+                }
+                _ => {
+                    let conf = dir.join("nfacctd.conf");
+                    let text = format!(
+                        "daemonize: false\nnfacctd_ip: 127.0.0.1\nnfacctd_port: {port}\n\
+                         plugins: print\naggregate: src_host,dst_host,src_port,dst_port,proto\n\
+                         print_output: csv\nprint_output_file: {}\nprint_refresh_time: 86400\n\
+                         print_cache_entries: 1048573\nplugin_buffer_size: 65536\n\
+                         plugin_pipe_size: 67108864\n",
+                        dir.join("pm.csv").display()
+                    );
+                    let _ = std::fs::write(&conf, text);
+                    vec![
+                        "timeout".into(),
+                        "-s".into(),
+                        "TERM".into(),
+                        secs.to_string(),
+                        "nfacctd".into(),
+                        "-f".into(),
+                        conf.display().to_string(),
+                    ]
+                }
+            };
+            if which(tool).is_none() && which(&format!("/usr/sbin/{tool}")).is_none() {
+                results.push((tool.into(), Err(format!("{tool} not installed"))));
+                continue;
+            }
+            let run = std::thread::scope(|sc| {
+                let h = sc.spawn(|| run_measured(&argv, &dir, SONDE_LIMIT));
+                wait_udp_bound(port);
+                let sent = send_paced(&dgrams, port, per_ms);
+                (h.join(), sent)
+            });
+            let stored: Result<u64, String> = match tool {
+                "sonde" => std::fs::read(&stats)
+                    .ok()
+                    .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
+                    .and_then(|v| v.pointer("/collected/records")?.as_u64())
+                    .ok_or_else(|| "no summary".to_string()),
+                "nfcapd" => Command::new("nfdump")
+                    .arg("-R")
+                    .arg(dir.join("nf"))
+                    .args(["-q", "-o", "csv"])
+                    .output()
+                    .map(|o| {
+                        String::from_utf8_lossy(&o.stdout)
+                            .lines()
+                            .filter(|l| l.contains(','))
+                            .count() as u64
+                    })
+                    .map_err(|e| e.to_string()),
+                _ => std::fs::read_to_string(dir.join("pm.csv"))
+                    .map(|t| t.lines().count().saturating_sub(1) as u64)
+                    .map_err(|e| e.to_string()),
+            };
+            let r = match (run.0, stored) {
+                (Ok(Ok(m)), Ok(n)) => Ok((n, m.cpu_s(), m.max_rss_bytes)),
+                (Ok(Err(e)), _) => Err(cell(&e.to_string())),
+                (Err(_), _) => Err("panicked".into()),
+                (_, Err(e)) => Err(cell(&e)),
+            };
+            results.push((tool.into(), r));
+        }
+        let sonde_rate = match &results[0].1 {
+            Ok((n, cpu, _)) => Some(*n as f64 / cpu.max(1e-9)),
+            _ => None,
+        };
+        for (tool, r) in &results {
+            match r {
+                Ok((n, cpu, rss)) => {
+                    let rate = *n as f64 / cpu.max(1e-9);
+                    t.row(vec![
+                        fname.into(),
+                        tool.clone(),
+                        fmt_count(flows),
+                        fmt_count(*n),
+                        format!("{cpu:.2}"),
+                        format!("{:.2}M", rate / 1e6),
+                        match sonde_rate {
+                            Some(sr) if tool != "sonde" => format!("{:.1}×", sr / rate),
+                            _ => "-".into(),
+                        },
+                        fmt_bytes(*rss),
+                    ]);
+                }
+                Err(e) => t.row(vec![
+                    fname.into(),
+                    tool.clone(),
+                    fmt_count(flows),
+                    e.clone(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                    "-".into(),
+                ]),
+            }
+        }
+    }
+    let mut out = String::new();
+    let _ = writeln!(
+        out,
+        "## 5. Flow collection: NetFlow v9 and IPFIX decoding\n\n{} flow records (each a \
+         different flow, 25–30 per datagram, made by sonde's encoder) sent over UDP on 127.0.0.1 \
+         at {} datagrams per ms to each collector in turn: `sonde --collect udp://… --dpi off` \
+         (records decoded into its flow and host tables), nfcapd (writing nfdump files) and \
+         nfacctd (pmacct, print plugin keyed by 5-tuple). \"records stored\": what the collector \
+         kept (sonde's decoded count, `nfdump` rows, pmacct's printed rows). CPU seconds include \
+         the idle second or so each waits before and after; records per CPU-second is stored \
+         records over CPU time.\n",
+        fmt_count(flows),
+        per_ms
+    );
+    out.push_str(&t.to_markdown());
+    b.emit(&out);
+}
+
 fn scaling(b: &mut Bench) {
     let packets: u64 = if b.opts.quick { 10_000_000 } else { 50_000_000 };
     let max_threads = nproc().max(2);
@@ -1057,7 +1378,7 @@ fn scaling(b: &mut Bench) {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## 4. Scaling with shards\n\n`sonde --synthetic hosts=10k,size=64,packets={} --threads N \
+        "## 6. Scaling with shards\n\n`sonde --synthetic hosts=10k,size=64,packets={} --threads N \
          --stats-json FILE -q` on {} CPUs; the run with the shortest wall time of {}.\n",
         short_count(packets),
         nproc(),
@@ -1146,7 +1467,7 @@ fn attack(b: &mut Bench) {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## 5. Random-source flood against bounded tables\n\n`sonde {} --stats-json FILE -q`: \
+        "## 7. Random-source flood against bounded tables\n\n`sonde {} --stats-json FILE -q`: \
          every packet a new source, so new flows and hosts never stop coming; the tables are \
          capped at 1M flows and 1M hosts (evict the longest-idle flow when full). Cap checked: \
          max RSS under 1 GiB.\n",
@@ -1227,7 +1548,9 @@ fn main() {
         match section {
             "grid" => grid(&mut b),
             "memory" => memory(&mut b),
+            "dpi" => dpi(&mut b),
             "peers" => peers(&mut b),
+            "collect" => collect(&mut b),
             "scaling" => scaling(&mut b),
             "attack" => attack(&mut b),
             _ => unreachable!(),

@@ -211,9 +211,50 @@ impl SyntheticSource {
         self.spec.packets.map(|_| self.quota)
     }
 
+    /// Up to `max` next frames at once (each in its own ring slot, so all stay valid together:
+    /// the engine can read their payloads without copying). Returns fewer at the end of the
+    /// quota, none after it.
+    pub fn next_batch<'a>(&'a mut self, ts_ns: u64, max: usize, out: &mut Vec<Frame<'a>>) {
+        out.clear();
+        // Rewrite the slots first, then hand out shared views of them.
+        let max = max.min(self.rings.iter().map(|r| r.frames).min().unwrap_or(0));
+        let mut slots: [(u8, u32); 512] = [(0, 0); 512];
+        let max = max.min(slots.len());
+        let mut n = 0;
+        while n < max {
+            match self.advance() {
+                Some(slot) => {
+                    slots[n] = slot;
+                    n += 1;
+                }
+                None => break,
+            }
+        }
+        for &(ring, off) in &slots[..n] {
+            let r = &self.rings[ring as usize];
+            out.push(Frame {
+                ts_ns,
+                wire_len: r.frame_len as u32,
+                data: &r.bytes[off as usize..off as usize + r.frame_len],
+            });
+        }
+    }
+
     /// The next frame, rewritten in place in the ring; `None` once the quota is reached.
     #[inline]
     pub fn next(&mut self, ts_ns: u64) -> Option<Frame<'_>> {
+        let (ring, off) = self.advance()?;
+        let r = &self.rings[ring as usize];
+        Some(Frame {
+            ts_ns,
+            wire_len: r.frame_len as u32,
+            data: &r.bytes[off as usize..off as usize + r.frame_len],
+        })
+    }
+
+    /// Writes the next packet into its ring slot; returns (ring, offset).
+    #[inline]
+    fn advance(&mut self) -> Option<(u8, u32)> {
         if self.produced >= self.quota {
             return None;
         }
@@ -236,11 +277,8 @@ impl SyntheticSource {
         };
         let dst_ip = host_ip(if j + 1 == n { 0 } else { j + 1 });
         let kinds = self.rings.len() as u32;
-        let ring = if kinds == 1 {
-            &mut self.rings[0]
-        } else {
-            &mut self.rings[(j % kinds) as usize]
-        };
+        let ring_index = if kinds == 1 { 0 } else { (j % kinds) as usize };
+        let ring = &mut self.rings[ring_index];
         let size = ring.frame_len;
         let off = ring.next * size;
         ring.next += 1;
@@ -254,11 +292,7 @@ impl SyntheticSource {
         // Ports spread flows; ports repeat past 60k hosts, addresses keep flows distinct.
         let sport = 1024 + (j & 0x7fff) as u16;
         f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
-        Some(Frame {
-            ts_ns,
-            wire_len: size as u32,
-            data: &ring.bytes[off..off + size],
-        })
+        Some((ring_index as u8, off as u32))
     }
 }
 

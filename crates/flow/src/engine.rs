@@ -29,23 +29,29 @@ pub struct Span {
     pub payload_at: u32,
 }
 
-/// Payload bytes of a batch of decoded packets, for DPI: `spans[i]` is packet i's; empty
-/// `spans` when DPI is off.
+/// Payload bytes of a batch of decoded packets, for DPI: `spans[i]` is packet i's in `bytes`
+/// (copied), or `direct[i]` its (IP packet, payload) in the frame itself (no copy, when the
+/// frames outlive the batch); both empty when DPI is off.
 #[derive(Clone, Copy, Debug)]
 pub struct Payloads<'a> {
     pub bytes: &'a [u8],
     pub spans: &'a [Span],
+    pub direct: &'a [Option<(&'a [u8], &'a [u8])>],
 }
 
 impl Payloads<'_> {
     pub const NONE: Payloads<'static> = Payloads {
         bytes: &[],
         spans: &[],
+        direct: &[],
     };
 
     /// Packet i's (IP packet, transport payload), when it has a payload.
     #[inline(always)]
     fn get(&self, i: usize) -> Option<(&[u8], &[u8])> {
+        if !self.direct.is_empty() {
+            return self.direct.get(i).copied().flatten();
+        }
         let s = self.spans.get(i)?;
         if s.len <= s.payload_at {
             return None;
@@ -53,6 +59,32 @@ impl Payloads<'_> {
         let ip = self.bytes.get(s.off as usize..(s.off + s.len) as usize)?;
         Some((ip, ip.get(s.payload_at as usize..)?))
     }
+}
+
+/// A decoded packet's (IP packet or payload, payload) inside its own frame: what
+/// [`copy_payload`] would copy, without copying.
+#[inline]
+fn payload_in_frame<'a>(
+    d: &Decoded,
+    frame: &'a [u8],
+    with_headers: bool,
+) -> Option<(&'a [u8], &'a [u8])> {
+    let start = d.payload_offset as usize;
+    let ip = if with_headers {
+        d.ip_offset as usize
+    } else {
+        start
+    };
+    if d.payload_len == 0 || start < ip || (with_headers && start == ip) {
+        return None;
+    }
+    let end = start
+        .saturating_add(d.payload_len as usize)
+        .min(start.saturating_add(DPI_PAYLOAD_MAX))
+        .min(frame.len());
+    let whole = frame.get(ip..end)?;
+    let payload = whole.get(start - ip..).filter(|p| !p.is_empty())?;
+    Some((whole, payload))
 }
 
 /// Copies a decoded packet's transport payload (at most [`DPI_PAYLOAD_MAX`] bytes) to `bytes`,
@@ -243,12 +275,54 @@ impl Engine {
         self.dpi.is_some()
     }
 
-    /// Decodes and accounts raw frames of one link type.
+    /// Decodes and accounts raw frames of one link type. The frames outlive the call, so DPI
+    /// reads payloads in place (no copy, unlike [`Engine::push_frame`]); the result is the
+    /// same as pushing them one by one.
     pub fn process_frames(&mut self, link: LinkType, frames: &[PacketRef<'_>]) {
-        for f in frames {
-            self.push_frame(link, *f);
-        }
         self.flush_batch();
+        let Some(mut decoded) = self.decoded.take() else {
+            return;
+        };
+        let headers = self.arena.as_ref().is_some_and(|a| a.headers);
+        let dpi = self.dpi.is_some();
+        let mut refs: [Option<(&[u8], &[u8])>; BATCH] = [None; BATCH];
+        let mut ts = [0u64; BATCH];
+        let mut i = 0;
+        while i < frames.len() {
+            let mut n = 0;
+            while i < frames.len() && n < BATCH {
+                let f = frames[i];
+                if f.ts_ns >= self.next_tick_ns {
+                    if n > 0 {
+                        break; // account what came before the tick first
+                    }
+                    self.tick(f.ts_ns);
+                }
+                i += 1;
+                self.stats.packets += 1;
+                self.stats.wire_bytes += f.wire_len as u64;
+                match self
+                    .decoder
+                    .decode(link, f.ts_ns, f.data, f.wire_len, &mut decoded[n])
+                {
+                    Ok(Outcome::Ip) => {
+                        ts[n] = f.ts_ns;
+                        if dpi {
+                            refs[n] = payload_in_frame(&decoded[n], f.data, headers);
+                        }
+                        n += 1;
+                    }
+                    Ok(Outcome::NonIp) => self.stats.non_ip += 1,
+                    Err(m) => self.stats.malformed[m as usize] += 1,
+                }
+            }
+            let p = Payloads {
+                direct: if dpi { &refs[..n] } else { &[] },
+                ..Payloads::NONE
+            };
+            self.account(&decoded[..n], &ts[..n], p);
+        }
+        self.decoded = Some(decoded);
     }
 
     /// Decodes one frame into the current batch; the batch is accounted when full, when packet
@@ -302,6 +376,7 @@ impl Engine {
                     let p = Payloads {
                         bytes: &a.bytes,
                         spans: &a.spans[..n],
+                        direct: &[],
                     };
                     self.account(&decoded[..n], &ts[..n], p);
                     a.bytes.clear();
@@ -329,6 +404,7 @@ impl Engine {
             let p = Payloads {
                 bytes: payloads.bytes,
                 spans: payloads.spans.get(start..end).unwrap_or(&[]),
+                direct: payloads.direct.get(start..end).unwrap_or(&[]),
             };
             self.account(&packets[start..end], &ts[start..end], p);
             start = end;

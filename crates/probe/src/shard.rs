@@ -297,6 +297,7 @@ pub(crate) fn run_decoded(
         let payloads = Payloads {
             bytes: &batch.payload_bytes,
             spans: &batch.spans,
+            direct: &[],
         };
         ctx.engine.process_decoded(&batch.pkts, &batch.ts, payloads);
         if batch.clock_ns != 0 {
@@ -360,25 +361,26 @@ pub(crate) fn run_live(mut ctx: ShardCtx, mut src: LiveSource) -> ShardOutput {
 
 /// A shard generating its own synthetic traffic (Cento's dummy interface).
 pub(crate) fn run_synthetic(mut ctx: ShardCtx, mut src: SyntheticSource) -> ShardOutput {
-    let mut ts = wall_ns();
     let mut n: u64 = 0;
-    'outer: loop {
-        // The clock is read once per 256 packets, like a NIC batch timestamp.
-        for _ in 0..256 {
-            let Some(f) = src.next(ts) else { break 'outer };
-            ctx.engine.push_frame(
-                LinkType::Ethernet,
-                PacketRef {
-                    ts_ns: f.ts_ns,
-                    wire_len: f.wire_len,
-                    data: f.data,
-                },
-            );
+    loop {
+        // One clock reading per 256 packets, like a NIC batch timestamp; the batch's frames
+        // stay valid together, so the engine reads their payloads in place.
+        let mut frames = Vec::with_capacity(256);
+        src.next_batch(wall_ns(), 256, &mut frames);
+        if frames.is_empty() {
+            break;
         }
-        n += 256;
-        ts = wall_ns();
+        let refs: Vec<PacketRef> = frames
+            .iter()
+            .map(|f| PacketRef {
+                ts_ns: f.ts_ns,
+                wire_len: f.wire_len,
+                data: f.data,
+            })
+            .collect();
+        ctx.engine.process_frames(LinkType::Ethernet, &refs);
+        n += refs.len() as u64;
         if n.is_multiple_of(HOUSEKEEPING_PACKETS * 16) {
-            ctx.engine.flush_batch();
             ctx.housekeeping();
             if ctx.stopped() {
                 break;

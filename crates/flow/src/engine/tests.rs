@@ -297,3 +297,65 @@ fn sflow_samples_count_sampling_times() {
     let st = e.stats();
     assert_eq!((st.collected_samples, st.malformed_total()), (2, 1));
 }
+
+/// A DNS query for www.example.com from 10.0.0.1:5000 to 10.1.0.2:53.
+fn dns_frame() -> Vec<u8> {
+    let mut q = vec![0x12, 0x34, 0x01, 0x00, 0, 1, 0, 0, 0, 0, 0, 0];
+    for l in ["www", "example", "com"] {
+        q.push(l.len() as u8);
+        q.extend_from_slice(l.as_bytes());
+    }
+    q.extend_from_slice(&[0, 0, 1, 0, 1]);
+    let mut f = frame(1, 2, 5000, 53, q.len());
+    let at = f.len() - q.len();
+    f[at..].copy_from_slice(&q);
+    f
+}
+
+/// DPI sees the same payloads whether frames are pushed one by one (payloads copied) or
+/// handed over as a batch that outlives the call (payloads read in place).
+#[test]
+fn dpi_same_with_copied_and_in_place_payloads() {
+    let mut results = Vec::new();
+    for in_place in [false, true] {
+        let mut e = Engine::new(EngineConfig::default());
+        e.set_dpi(Some(
+            sonde_dpi::Dpi::new(sonde_dpi::DpiConfig::default()).unwrap(),
+        ));
+        let frames = [(S, dns_frame()), (2 * S, frame(3, 4, 6000, 7777, 30))];
+        if in_place {
+            run(&mut e, &frames);
+        } else {
+            for (t, f) in &frames {
+                e.push_frame(
+                    LinkType::Ethernet,
+                    PacketRef {
+                        ts_ns: *t,
+                        wire_len: f.len() as u32,
+                        data: f,
+                    },
+                );
+            }
+        }
+        e.flush_all(EndReason::EndOfCapture);
+        let mut out = Vec::new();
+        e.take_expired(&mut out);
+        let mut labels: Vec<(String, Option<String>)> = out
+            .iter()
+            .map(|r| {
+                let q = r.meta.as_ref().and_then(|m| m.dns.as_ref()?.query.clone());
+                (r.flow.l7.name(), q)
+            })
+            .collect();
+        labels.sort();
+        results.push(labels);
+    }
+    assert_eq!(
+        results[0],
+        vec![
+            ("DNS".to_string(), Some("www.example.com".to_string())),
+            ("Unknown".to_string(), None)
+        ]
+    );
+    assert_eq!(results[0], results[1]);
+}
