@@ -192,3 +192,41 @@ def test_sflow_samples_scaled(sonde_bin, workdir):
     assert stats["collected"]["samples"] == len(rates) == 5
     assert stats["collected"]["packets"] == sum(rates)
     assert all(int(r["SAMPLING_INTERVAL"]) == rates[0] for r in records)
+
+
+def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):
+    """IPFIX over TCP: one sonde exports a capture's flows (`--export ipfix+tcp://`), another
+    collects them (`--collect tcp://`): same flows, packets and bytes per direction."""
+    port = _free_udp_port()  # a free port number; TCP on it is free too in practice
+    flows, stats = workdir / "tcp-collected.jsonl", workdir / "tcp-stats.json"
+    upper = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"tcp://127.0.0.1:{port}", "--duration", "5",
+         "--flows-out", str(flows), "--stats-json", str(stats), *ARGS],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        low_flows = workdir / "exported.jsonl"
+        low = subprocess.run(
+            [str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--export",
+             f"ipfix+tcp://127.0.0.1:{port}", "--flows-out", str(low_flows), *ARGS],
+            capture_output=True, text=True, timeout=60)
+        assert low.returncode == 0, low.stderr
+        _, err = upper.communicate(timeout=60)
+    finally:
+        if upper.poll() is None:
+            upper.kill()
+    assert upper.returncode == 0, err
+
+    def directed(records):
+        c = collections.Counter()
+        for r in records:
+            proto, a, b = oracle.record_endpoints(r)
+            c[(proto, a, b)] += int(r["IN_PKTS"]) * 1_000_000 + int(r["IN_BYTES"])
+            c[(proto, b, a)] += int(r["OUT_PKTS"]) * 1_000_000 + int(r["OUT_BYTES"])
+        return +c
+
+    lower = oracle.load_jsonl(str(low_flows))
+    assert lower
+    assert directed(oracle.load_jsonl(str(flows))) == directed(lower)
+    s = json.loads(stats.read_text())
+    assert s["collected"]["errors"] == 0 and s["exporters"], s

@@ -2,18 +2,19 @@
 //! it is capped at [`crate::MAX_STR`] bytes and has no control characters ([`crate::wire_string`]),
 //! but it is still attacker data and must be escaped wherever it is shown.
 
-/// Metadata of one flow; only the parts its protocol fills are `Some`.
+/// Metadata of one flow; only the parts its protocol fills are `Some` (boxed, so a flow with
+/// little metadata stays small).
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Meta {
     /// The name the client asked for: TLS/QUIC SNI, HTTP Host, DNS query, DHCP host name.
     pub server_name: Option<String>,
-    pub http: Option<Http>,
-    pub tls: Option<Tls>,
+    pub http: Option<Box<Http>>,
+    pub tls: Option<Box<Tls>>,
     /// QUIC version of the Initial packet (the TLS fields are in `tls`).
     pub quic_version: Option<u32>,
-    pub dns: Option<Dns>,
-    pub dhcp: Option<Dhcp>,
-    pub ssh: Option<Ssh>,
+    pub dns: Option<Box<Dns>>,
+    pub dhcp: Option<Box<Dhcp>>,
+    pub ssh: Option<Box<Ssh>>,
     /// First line a text protocol's server (or client) sent: SMTP/IMAP/POP3/FTP greeting, SIP
     /// request line, …
     pub banner: Option<String>,

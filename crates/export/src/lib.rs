@@ -593,11 +593,11 @@ mod tests {
         r.flow.l7.proto = sonde_dpi::Proto::HTTP;
         r.meta = Some(Box::new(sonde_dpi::Meta {
             server_name: Some("<script>alert(\"x\")</script>".into()),
-            http: Some(sonde_dpi::meta::Http {
+            http: Some(Box::new(sonde_dpi::meta::Http {
                 url: Some("/a,b\\c\u{1}".into()),
                 user_agent: Some("=cmd|' /C calc'!A0".into()),
                 ..Default::default()
-            }),
+            })),
             ..Default::default()
         }));
         r

@@ -532,6 +532,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                         let sock = std::net::UdpSocket::bind(addr)
                             .and_then(|s| {
                                 s.set_read_timeout(Some(Duration::from_millis(200)))?;
+                                collect::enlarge_receive_buffer(&s);
                                 Ok(s)
                             })
                             .map_err(|e| {

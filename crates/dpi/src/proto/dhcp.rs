@@ -52,7 +52,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
         }
         pos += 2 + usize::from(len);
     }
-    f.meta.dhcp = Some(d);
+    f.meta.dhcp = Some(Box::new(d));
     Proto::DHCP.is(true)
 }
 

@@ -314,7 +314,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     if response {
         read_answers(msg, &m.h, &mut dns);
     }
-    f.meta.dns = Some(dns);
+    f.meta.dns = Some(Box::new(dns));
     // mDNS traffic is mostly multicast announcements with no reply to wait for.
     proto.is(response || proto == Proto::MDNS)
 }

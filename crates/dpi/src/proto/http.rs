@@ -229,7 +229,7 @@ fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
             ..Http::default()
         };
         headers(rest, &mut http, Side::Response);
-        f.meta.http = Some(http);
+        f.meta.http = Some(Box::new(http));
         return Proto::HTTP.is(true);
     }
     let Some((method, target, complete)) = request_line(b) else {
@@ -244,7 +244,7 @@ fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
         let (_, rest, _) = line(b);
         headers(rest, &mut http, Side::Request);
     }
-    f.meta.http = Some(http);
+    f.meta.http = Some(Box::new(http));
     set_server_name(f);
     let proto = if method == b"CONNECT" {
         Proto::HTTP_CONNECT

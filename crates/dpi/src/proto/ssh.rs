@@ -12,7 +12,7 @@
 //! HASSH for that side. Done when both HASSH are known, or when neither can come any more.
 
 use crate::engine::FlowDpi;
-use crate::meta::Ssh;
+
 use crate::{wire_string, Pkt, Proto, Verdict, L4};
 use md5::{Digest, Md5};
 
@@ -121,7 +121,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
             if b.first() != Some(&b'S') || !banner_prefix(b) {
                 return Verdict::No;
             }
-            f.meta.ssh.insert(Ssh::default())
+            f.meta.ssh.insert(Box::default())
         }
     };
     let (own_banner, own_hassh, other_hassh) = if p.from_client {

@@ -12,7 +12,7 @@
 //! The ClientHello parser is shared with QUIC ([`parse_client_hello`]).
 
 use crate::engine::FlowDpi;
-use crate::meta::{Meta, Tls};
+use crate::meta::Meta;
 use crate::{wire_string, Pkt, Proto, Verdict, L4, MAX_STR};
 use md5::{Digest, Md5};
 use sha2::Sha256;
@@ -323,7 +323,7 @@ fn server_messages(f: &mut FlowDpi) -> bool {
         match t {
             HS_CERTIFICATE => {
                 if let Some(names) = first_certificate(body).and_then(cert_names) {
-                    f.meta.tls.get_or_insert_with(Tls::default).cert_names = Some(names);
+                    f.meta.tls.get_or_insert_with(Box::default).cert_names = Some(names);
                     set_flags(&mut f.scratch.tls[1], ST_DONE);
                 } else if complete || st & (ST_FULL | ST_ENCRYPTED) != 0 {
                     // Parsed whole and no names, or can never complete: give up.
@@ -371,7 +371,7 @@ fn sslv2_client_hello(p: &[u8], f: &mut FlowDpi) -> Verdict {
         Some(&[a, b]) => u16::from_be_bytes([a, b]),
         _ => return Verdict::No,
     };
-    f.meta.tls.get_or_insert_with(Tls::default).client_version = version;
+    f.meta.tls.get_or_insert_with(Box::default).client_version = version;
     let b = &mut f.scratch.tls[0];
     init(b);
     set_flags(b, ST_HELLO | ST_DONE);
@@ -705,7 +705,7 @@ pub(crate) fn parse_client_hello(body: &[u8], quic: bool, meta: &mut Meta) -> bo
     });
 
     let sni_str = sni.filter(|s| !s.is_empty()).map(wire_string);
-    let t = meta.tls.get_or_insert_with(Tls::default);
+    let t = meta.tls.get_or_insert_with(Box::default);
     t.client_version = best_version;
     t.sni = sni_str.clone();
     t.alpn = alpn_str;
@@ -763,7 +763,7 @@ fn parse_server_hello(body: &[u8], meta: &mut Meta) -> Option<bool> {
         first = false;
         put_dec(&mut h, t);
     }
-    let t = meta.tls.get_or_insert_with(Tls::default);
+    let t = meta.tls.get_or_insert_with(Box::default);
     t.server_version = version;
     t.cipher = cipher;
     t.ja3s = Some(hex_string(&h.finalize()));
@@ -955,7 +955,7 @@ mod tests {
         out
     }
 
-    fn tls(f: &FlowDpi) -> &Tls {
+    fn tls(f: &FlowDpi) -> &crate::meta::Tls {
         f.meta.tls.as_ref().expect("tls metadata")
     }
 

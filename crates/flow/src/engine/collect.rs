@@ -63,7 +63,9 @@ impl Engine {
                 f.dpi_done = true;
             }
         }
-        if !c.extra.is_empty() || !c.extra_text.is_empty() {
+        // All-zero values (an ICMP type of a TCP flow, say) say nothing: not kept.
+        let extra = c.extra.iter().any(|(_, _, v)| v.iter().any(|&b| b != 0));
+        if extra || !c.extra_text.is_empty() {
             self.keep_extra(slot, c);
         }
         if last > self.now_ns {
@@ -127,10 +129,14 @@ impl Engine {
             self.dpi_meta.resize_with(i + 1, || None);
         }
         let meta = self.dpi_meta[i].get_or_insert_with(Box::default);
-        let numbered = c.extra.iter().map(|(pen, id, v)| {
-            let hex: String = v.iter().take(64).map(|b| format!("{b:02x}")).collect();
-            (format!("IE{pen}.{id}"), hex)
-        });
+        let numbered = c
+            .extra
+            .iter()
+            .filter(|(_, _, v)| v.iter().any(|&b| b != 0))
+            .map(|(pen, id, v)| {
+                let hex: String = v.iter().take(64).map(|b| format!("{b:02x}")).collect();
+                (format!("IE{pen}.{id}"), hex)
+            });
         let named = c
             .extra_text
             .iter()
