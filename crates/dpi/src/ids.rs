@@ -78,7 +78,8 @@ impl Category {
     }
 }
 
-const ALL_CATEGORIES: [Category; 25] = [
+/// Every category, in nDPI 4.2's numbering for the first 20 (the nDPI backend relies on it).
+pub(crate) const ALL_CATEGORIES: [Category; 25] = [
     Category::Unspecified,
     Category::Media,
     Category::Vpn,

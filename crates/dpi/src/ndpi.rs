@@ -202,30 +202,8 @@ fn set_label(f: &mut FlowDpi, p: NdpiProtocol, confidence: Confidence) {
 /// video, shopping.
 fn category(n: u32) -> Category {
     use Category::*;
-    const FIRST: [Category; 20] = [
-        Unspecified,
-        Media,
-        Vpn,
-        Email,
-        DataTransfer,
-        Web,
-        SocialNetwork,
-        Download,
-        Game,
-        Chat,
-        VoIP,
-        Database,
-        RemoteAccess,
-        Cloud,
-        Network,
-        Collaborative,
-        Rpc,
-        Streaming,
-        System,
-        SoftwareUpdate,
-    ];
     match n {
-        0..=19 => FIRST[n as usize],
+        0..=19 => ids::ALL_CATEGORIES[n as usize],
         25 => Music,
         26 => Video,
         27 => Shopping,

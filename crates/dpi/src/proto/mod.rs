@@ -29,6 +29,17 @@ pub mod ssh;
 pub mod stun;
 pub mod tls;
 
+/// Helpers shared by the detectors' tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// Bytes from a hex string (as tshark prints payloads).
+    pub fn hex(s: &str) -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
+}
+
 /// One detector and the transports it applies to.
 pub struct Detector {
     pub name: &'static str,

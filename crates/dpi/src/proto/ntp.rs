@@ -75,11 +75,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
 mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
+    pub(crate) use crate::proto::testutil::hex;
 
     fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
         Pkt {

@@ -71,11 +71,7 @@ mod tests {
     use super::*;
     use crate::L4;
 
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
+    pub(crate) use crate::proto::testutil::hex;
 
     fn pkt(d: &[u8], index: u8) -> Pkt<'_> {
         Pkt {

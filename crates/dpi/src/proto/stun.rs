@@ -184,11 +184,7 @@ fn is_dtls_record(d: &[u8]) -> bool {
 mod tests {
     use super::*;
 
-    fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
+    pub(crate) use crate::proto::testutil::hex;
 
     fn pkt(payload: &[u8], l4: L4, sport: u16, index: u8) -> Pkt<'_> {
         Pkt {
