@@ -29,17 +29,6 @@ pub mod ssh;
 pub mod stun;
 pub mod tls;
 
-/// Helpers shared by the detectors' tests.
-#[cfg(test)]
-pub(crate) mod testutil {
-    /// Bytes from a hex string (as tshark prints payloads).
-    pub fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
-}
-
 /// One detector and the transports it applies to.
 pub struct Detector {
     pub name: &'static str,
@@ -167,4 +156,15 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
     };
     let find = |port: u16| table.iter().find(|(p, _)| *p == port).map(|(_, pr)| *pr);
     find(server_port).or_else(|| find(client_port))
+}
+
+/// Helpers shared by the detectors' tests.
+#[cfg(test)]
+pub(crate) mod testutil {
+    /// Bytes from a hex string (as tshark prints payloads).
+    pub fn hex(s: &str) -> Vec<u8> {
+        (0..s.len() / 2)
+            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
+            .collect()
+    }
 }
