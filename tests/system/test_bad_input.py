@@ -7,6 +7,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import struct
 import subprocess
 from pathlib import Path
@@ -238,3 +239,38 @@ def test_user_services_rule_applies(sonde, workdir):
     assert p.returncode == 0, p.stderr
     names = {json.loads(l)["L7_PROTO_NAME"] for l in flows.read_text().splitlines()}
     assert names == {"TLS.NetFlix"}, names
+
+
+# ---------------------------------------------------------------------------------------------
+# Flow protocols: collector sources and export targets
+# ---------------------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("source,names", [
+    ("udp://nothost:99", r"not ADDRESS:PORT"),
+    ("foo://1.2.3.4:5", r"unknown scheme 'foo'"),
+])
+def test_bad_collect_source(source, names, sonde):
+    p = sonde("--collect", source, "-q", timeout=30)
+    assert_clean_error(p, names, f"--collect {source}")
+
+
+def test_collect_port_in_use(sonde):
+    busy = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    busy.bind(("127.0.0.1", 0))
+    port = busy.getsockname()[1]
+    try:
+        p = sonde("--collect", f"udp://127.0.0.1:{port}", "--duration", "1", "-q", timeout=30)
+    finally:
+        busy.close()
+    assert_clean_error(p, r"cannot listen.*in use", "--collect on a busy port")
+
+
+@pytest.mark.parametrize("flag,target,names", [
+    ("--export", "bogus://1.2.3.4:5", r"unknown format 'bogus'"),
+    ("--export", "ipfix://nohost", r"not HOST:PORT"),
+    ("--export", "ipfix+tcp://127.0.0.1:1", r"cannot connect"),
+    ("--zmq-export", "notanendpoint", r"expected tcp://HOST:PORT"),
+])
+def test_bad_export_target(flag, target, names, sonde, corpus):
+    p = sonde("-r", corpus / "dns.pcap", flag, target, "-q", timeout=30)
+    assert_clean_error(p, names, f"{flag} {target}")

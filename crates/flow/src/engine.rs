@@ -92,30 +92,15 @@ fn payload_in_frame<'a>(
 /// packet), and returns its span; an empty span when it has no captured payload.
 #[inline]
 pub fn copy_payload(d: &Decoded, frame: &[u8], bytes: &mut Vec<u8>, with_headers: bool) -> Span {
-    let start = d.payload_offset as usize;
-    let ip = if with_headers {
-        d.ip_offset as usize
-    } else {
-        start
-    };
-    if d.payload_len == 0 || start < ip || (with_headers && start == ip) {
+    let Some((whole, payload)) = payload_in_frame(d, frame, with_headers) else {
         return Span::default();
-    }
-    let end = start
-        .saturating_add(d.payload_len as usize)
-        .min(start.saturating_add(DPI_PAYLOAD_MAX))
-        .min(frame.len());
-    match frame.get(ip..end) {
-        Some(p) if p.len() > start - ip => {
-            let off = bytes.len() as u32;
-            bytes.extend_from_slice(p);
-            Span {
-                off,
-                len: p.len() as u32,
-                payload_at: (start - ip) as u32,
-            }
-        }
-        _ => Span::default(),
+    };
+    let off = bytes.len() as u32;
+    bytes.extend_from_slice(whole);
+    Span {
+        off,
+        len: whole.len() as u32,
+        payload_at: (whole.len() - payload.len()) as u32,
     }
 }
 
