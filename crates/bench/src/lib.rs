@@ -66,6 +66,14 @@ pub fn run_measured(argv: &[String], scratch: &Path, limit: Duration) -> io::Res
     let (prog, args) = argv
         .split_first()
         .ok_or_else(|| io::Error::new(io::ErrorKind::InvalidInput, "empty command"))?;
+    // A forked child inherits this process's peak RSS in its own ru_maxrss (the kernel keeps
+    // the pre-exec high-water mark), so below this figure ru_maxrss says nothing about the
+    // child: the peak is then taken from polling /proc instead.
+    let inherited = own_peak_rss();
+    // SAFETY: prctl with PR_SET_CHILD_SUBREAPER takes an integer flag and changes nothing else.
+    unsafe {
+        libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1);
+    }
     let start = Instant::now();
     let child = Command::new(prog)
         .args(args)
@@ -79,7 +87,13 @@ pub fn run_measured(argv: &[String], scratch: &Path, limit: Duration) -> io::Res
     // SAFETY: rusage is plain old data; zeroed is a valid value.
     let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
     let mut timed_out = false;
+    let mut polled_rss = 0u64;
+    let mut last_poll = Instant::now() - Duration::from_secs(1);
     loop {
+        if last_poll.elapsed() >= Duration::from_millis(10) {
+            polled_rss = polled_rss.max(tree_peak_rss(pid as u32));
+            last_poll = Instant::now();
+        }
         // SAFETY: pid is our own child, status and ru are valid for writes.
         let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG, &mut ru) };
         if r == pid {
@@ -103,12 +117,40 @@ pub fn run_measured(argv: &[String], scratch: &Path, limit: Duration) -> io::Res
     }
     let wall_s = start.elapsed().as_secs_f64();
     drop(child);
-    if !timed_out {
-        // Leftover daemons of the group (a plugin process, say) go too.
-        // SAFETY: signalling a process group we created; ESRCH when it is empty is fine.
-        unsafe {
-            libc::kill(-pid, libc::SIGKILL);
+    // Processes the child left behind (pmacct's plugins write their cache after the core has
+    // exited) are ours to reap, as a subreaper: they get a grace period to finish, and their
+    // CPU time and peak RSS count too. What is still running after it is killed.
+    let grace_end = Instant::now()
+        + if timed_out {
+            Duration::ZERO
+        } else {
+            LEFTOVER_GRACE
+        };
+    let mut killed = false;
+    loop {
+        let mut st: libc::c_int = 0;
+        // SAFETY: rusage is plain old data; zeroed is a valid value.
+        let mut ru2: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: waiting for members of the process group we created; st and ru2 are valid.
+        let r = unsafe { libc::wait4(-pid, &mut st, libc::WNOHANG, &mut ru2) };
+        if r > 0 {
+            ru.ru_utime = add_tv(ru.ru_utime, ru2.ru_utime);
+            ru.ru_stime = add_tv(ru.ru_stime, ru2.ru_stime);
+            ru.ru_maxrss = ru.ru_maxrss.max(ru2.ru_maxrss);
+            continue;
         }
+        if r < 0 {
+            break; // ECHILD: none left in the group
+        }
+        if !killed && Instant::now() >= grace_end {
+            killed = true;
+            // SAFETY: signalling a process group we created; ESRCH when it is empty is fine.
+            unsafe {
+                libc::kill(-pid, libc::SIGKILL);
+            }
+        }
+        polled_rss = polled_rss.max(tree_peak_rss(pid as u32));
+        std::thread::sleep(Duration::from_millis(2));
     }
     let (desc, success) = if libc::WIFEXITED(status) {
         let code = libc::WEXITSTATUS(status);
@@ -126,10 +168,51 @@ pub fn run_measured(argv: &[String], scratch: &Path, limit: Duration) -> io::Res
         user_s: tv_secs(ru.ru_utime),
         sys_s: tv_secs(ru.ru_stime),
         // Linux reports ru_maxrss in KiB.
-        max_rss_bytes: (ru.ru_maxrss.max(0) as u64) * 1024,
+        max_rss_bytes: match (ru.ru_maxrss.max(0) as u64) * 1024 {
+            r if r > inherited + (1 << 20) => r,
+            _ if polled_rss > 0 => polled_rss,
+            r => r,
+        },
         stdout: read_tail(&out_path)?,
         stderr: read_tail(&err_path)?,
     })
+}
+
+/// VmHWM of a process from /proc (0 when unreadable).
+fn peak_rss_of(pid: &str) -> u64 {
+    std::fs::read_to_string(format!("/proc/{pid}/status"))
+        .ok()
+        .and_then(|t| find_number(&t, "VmHWM:"))
+        .map_or(0, |kib| kib * 1024)
+}
+
+fn own_peak_rss() -> u64 {
+    peak_rss_of("self")
+}
+
+/// The largest VmHWM among `pid` and its descendants (a peer run under `timeout`, plugins).
+fn tree_peak_rss(pid: u32) -> u64 {
+    let mut best = peak_rss_of(&pid.to_string());
+    let children =
+        std::fs::read_to_string(format!("/proc/{pid}/task/{pid}/children")).unwrap_or_default();
+    for c in children
+        .split_whitespace()
+        .filter_map(|c| c.parse::<u32>().ok())
+    {
+        best = best.max(tree_peak_rss(c));
+    }
+    best
+}
+
+/// How long processes a measured command leaves behind may run on before they are killed.
+pub const LEFTOVER_GRACE: Duration = Duration::from_secs(15);
+
+fn add_tv(a: libc::timeval, b: libc::timeval) -> libc::timeval {
+    let us = a.tv_usec + b.tv_usec;
+    libc::timeval {
+        tv_sec: a.tv_sec + b.tv_sec + us / 1_000_000,
+        tv_usec: us % 1_000_000,
+    }
 }
 
 fn tv_secs(tv: libc::timeval) -> f64 {

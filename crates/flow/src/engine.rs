@@ -174,6 +174,8 @@ pub struct Engine {
     next_tick_ns: u64,
     ticks: u64,
     last_failed_evict_ns: Option<u64>,
+    /// Where [`Engine::flush_some`] goes on from.
+    flush_cursor: usize,
     // Scratch for one batch.
     decoded: Option<Box<[Decoded; BATCH]>>,
     ts: [u64; BATCH],
@@ -221,6 +223,7 @@ impl Engine {
             next_tick_ns: 0,
             ticks: 0,
             last_failed_evict_ns: None,
+            flush_cursor: 0,
             decoded: Some(Box::new([Decoded::default(); BATCH])),
             ts: [0; BATCH],
             pending: 0,
@@ -737,14 +740,26 @@ impl Engine {
     /// hand records to a sink in chunks instead of holding a copy of the whole table at once.
     pub fn flush_some(&mut self, reason: EndReason, max: usize) -> usize {
         self.flush_batch();
+        let len = self.flows.len();
+        // Go on from where the last call stopped (wrapping once), so emptying a big table in
+        // chunks is one pass over it, not one pass per chunk.
+        let start = self.flush_cursor.min(len);
         let mut n = 0;
-        for slot in 0..self.flows.len() {
+        const AHEAD: usize = 8;
+        for i in 0..len {
             if n == max {
                 break;
+            }
+            let slot = (start + i) % len;
+            // Each removal touches the flow's index slot at random: prefetch a few ahead.
+            let next = &self.flows[(slot + AHEAD) % len];
+            if next.live {
+                self.index.prefetch(next.key.hash() as u32);
             }
             if self.flows[slot].live {
                 self.remove(slot as u32, reason);
                 n += 1;
+                self.flush_cursor = slot + 1;
             }
         }
         n

@@ -57,7 +57,9 @@ impl HostTable {
     pub fn new(capacity: usize) -> HostTable {
         HostTable {
             index: Index::with_max_entries(capacity),
-            hosts: Vec::new(),
+            // Reserved up front like the flow slab: growing by doubling would copy every host
+            // into fresh pages each time; untouched capacity costs no memory.
+            hosts: Vec::with_capacity(capacity),
             free: Vec::new(),
             capacity,
             len: 0,
@@ -132,6 +134,12 @@ impl HostTable {
     #[inline(always)]
     pub fn get_mut(&mut self, slot: u32) -> &mut Host {
         &mut self.hosts[slot as usize]
+    }
+
+    /// Prefetches the index slot where `key` would be found (before a look-up of a new flow).
+    #[inline(always)]
+    pub fn prefetch_key(&self, key: &HostKey) {
+        self.index.prefetch(key.hash32());
     }
 
     #[inline(always)]

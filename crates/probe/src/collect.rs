@@ -169,9 +169,7 @@ pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> 
         match rx.recv_timeout(Duration::from_millis(200)) {
             Ok(b) => {
                 let now = base.map(clock).unwrap_or_else(wall_ns);
-                for f in &b.flows {
-                    ctx.engine.ingest_flow(f, now);
-                }
+                ctx.engine.ingest_flows(&b.flows, now);
                 for s in &b.samples {
                     ctx.engine.ingest_sample(s, now);
                 }

@@ -13,22 +13,59 @@ use sonde_flowproto::{CollectedFlow, SampledPacket};
 use sonde_wire::{Decoded, LinkType, Outcome};
 use std::net::SocketAddr;
 
+/// The packet-like description of a collected record: what the flow key is made from.
+fn decoded_of(c: &CollectedFlow) -> Decoded {
+    Decoded {
+        src: c.src,
+        dst: c.dst,
+        sport: c.sport,
+        dport: c.dport,
+        proto: c.proto,
+        ip_version: c.ip_version,
+        vlan: c.vlan,
+        tcp_flags: c.tcp_flags,
+        tos: c.tos,
+        ..Decoded::default()
+    }
+}
+
 impl Engine {
+    /// Merges a batch of collected records, as [`Engine::ingest_flow`] does one by one; with a
+    /// large table, the index slots, flow entries and hosts of a few records ahead are
+    /// prefetched first, so their memory latency overlaps (collected records are mostly new
+    /// flows, each a handful of cache misses).
+    pub fn ingest_flows(&mut self, records: &[CollectedFlow], now_ns: u64) {
+        for chunk in records.chunks(super::BATCH) {
+            if self.live_flows > super::PREFETCH_MIN_FLOWS {
+                let mut tags = [0u32; super::BATCH];
+                for (c, tag) in chunk.iter().zip(tags.iter_mut()) {
+                    let (key, _) = FlowKey::from_packet(&decoded_of(c));
+                    *tag = key.hash() as u32;
+                    self.index.prefetch(*tag);
+                    for addr in [key.addr_a, key.addr_b] {
+                        self.hosts.prefetch_key(&crate::host::HostKey {
+                            addr,
+                            ip_version: key.ip_version,
+                            vlan: key.vlan,
+                        });
+                    }
+                }
+                for &tag in &tags[..chunk.len()] {
+                    if let Some(slot) = self.peek(tag) {
+                        crate::table::prefetch_read(&self.flows[slot as usize]);
+                    }
+                }
+            }
+            for c in chunk {
+                self.ingest_flow(c, now_ns);
+            }
+        }
+    }
+
     /// Merges one collected flow record into the flow table (`now_ns`: when it arrived, used
     /// when the record carries no times). Both hosts are credited as for packets.
     pub fn ingest_flow(&mut self, c: &CollectedFlow, now_ns: u64) {
-        let mut d = Decoded {
-            src: c.src,
-            dst: c.dst,
-            sport: c.sport,
-            dport: c.dport,
-            proto: c.proto,
-            ip_version: c.ip_version,
-            vlan: c.vlan,
-            tcp_flags: c.tcp_flags,
-            tos: c.tos,
-            ..Decoded::default()
-        };
+        let mut d = decoded_of(c);
         if let (Some(s), Some(t)) = (c.src_mac, c.dst_mac) {
             d.src_mac = s;
             d.dst_mac = t;

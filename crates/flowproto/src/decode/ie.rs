@@ -147,6 +147,14 @@ fn text(v: &[u8]) -> String {
 }
 
 impl Acc {
+    /// Keeps an element sonde does not interpret, to be shown by number; all-zero values (an
+    /// ICMP type of a TCP flow, an unset application id) say nothing and are not kept.
+    fn keep_extra(&mut self, pen: u32, id: u16, v: &[u8]) {
+        if v.iter().any(|&b| b != 0) {
+            self.flow.extra.push((pen, id, v.to_vec()));
+        }
+    }
+
     /// One field of the record. `v9`: NetFlow v9 meanings for 23/24 (OUT_BYTES/OUT_PKTS).
     pub fn field(&mut self, pen: u32, id: u16, v: &[u8], v9: bool) {
         if pen == PEN_V9_SCOPE {
@@ -162,12 +170,12 @@ impl Acc {
                 PACKET_DELTA if u.is_some() => self.rev_pkts_delta = u,
                 OCTET_TOTAL if u.is_some() => self.rev_bytes_total = u,
                 PACKET_TOTAL if u.is_some() => self.rev_pkts_total = u,
-                _ => self.flow.extra.push((pen, id, v.to_vec())),
+                _ => self.keep_extra(pen, id, v),
             }
             return;
         }
         if pen != 0 {
-            self.flow.extra.push((pen, id, v.to_vec()));
+            self.keep_extra(pen, id, v);
             return;
         }
         let u = uint(v);
@@ -336,7 +344,7 @@ impl Acc {
             }
             (DOT1Q_CUSTOMER_VLAN, Some(x)) => {
                 self.customer_vlan = (x & 0x0fff) as u16;
-                f.extra.push((0, id, v.to_vec()));
+                self.keep_extra(0, id, v);
                 true
             }
             (POST_VLAN, Some(x)) => {
@@ -347,7 +355,7 @@ impl Acc {
                 // classificationEngineId (1 byte) then a selector: keep the low 32 bits.
                 let tail = &v[v.len().saturating_sub(4)..];
                 f.app_id = uint(tail).unwrap_or(0) as u32;
-                f.extra.push((0, id, v.to_vec()));
+                self.keep_extra(0, id, v);
                 true
             }
             (APPLICATION_NAME, _) => {
@@ -389,7 +397,7 @@ impl Acc {
             _ => false,
         };
         if !handled {
-            self.flow.extra.push((0, id, v.to_vec()));
+            self.keep_extra(0, id, v);
         }
     }
 

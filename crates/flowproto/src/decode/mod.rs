@@ -259,7 +259,8 @@ struct Pending {
 #[derive(Debug, Default)]
 struct Exporter {
     stats: ExporterStats,
-    templates: HashMap<template::TKey, template::Template>,
+    // Shared so a data set holds its template while the exporter's state is updated.
+    templates: HashMap<template::TKey, std::sync::Arc<template::Template>>,
     template_bytes: usize,
     last_template_sweep_ms: u64,
     sequences: HashMap<(SeqKind, u32), SeqState>,

@@ -404,7 +404,7 @@ fn add_template(
         received_ms: m.now_ms,
     };
     let key = (m.version, m.domain, tid);
-    let old_cost = ex.templates.get(&key).map(Template::cost);
+    let old_cost = ex.templates.get(&key).map(|t| t.cost());
     if old_cost.is_none() && ex.templates.len() >= m.cfg.max_templates_per_exporter {
         reject(ex, sum);
         return;
@@ -415,7 +415,7 @@ fn add_template(
         return;
     }
     ex.template_bytes = bytes;
-    ex.templates.insert(key, t);
+    ex.templates.insert(key, std::sync::Arc::new(t));
     ex.stats.templates_received += 1;
     sum.templates += 1;
     replay_pending(m, ex, tid, flows, sum);
@@ -491,7 +491,7 @@ fn data_set(
         no_template(m, ex, tid, body, sum);
         return None;
     };
-    let t = t.clone();
+    let t = std::sync::Arc::clone(t);
     let ipfix = m.version == 10;
     let v9 = !ipfix;
     let mut off = 0;
