@@ -17,6 +17,7 @@ import json
 import re
 import shutil
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -192,6 +193,70 @@ def test_sflow_samples_scaled(sonde_bin, workdir):
     assert stats["collected"]["samples"] == len(rates) == 5
     assert stats["collected"]["packets"] == sum(rates)
     assert all(int(r["SAMPLING_INTERVAL"]) == rates[0] for r in records)
+
+
+def test_sflow_interface_counters_in_stats(sonde_bin, workdir):
+    """The latest sFlow generic interface counters per ifIndex reach the stats output."""
+    pcap = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "ndpi" / "sflow.pcap"
+    col = Collector(sonde_bin, workdir, seconds=3)
+    _replay([pcap], col.port)
+    _, stats = col.result()
+    out = oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "sflow_245.ifindex",
+                         "-e", "sflow_245.ifinoct", "-e", "sflow_245.ifoutoct"])
+    latest = {}
+    for line in out.splitlines():
+        idx, inoct, outoct = line.split("\t")
+        if idx:
+            latest[idx] = (int(inoct), int(outoct))
+    assert len(latest) == 2
+    (exporter,) = stats["exporters"]
+    got = {i: (c["in_octets"], c["out_octets"]) for i, c in exporter["interface_counters"].items()}
+    assert got == latest
+    assert exporter["interface_names"] == {}
+
+
+def _ipfix_interface_names(names):
+    """One IPFIX message: options template 300 (scope ingressInterface, then interfaceName,
+    variable length) and its data set with one record per (ifIndex, name)."""
+    # Options template record: id, field count, scope count, then (IE, length) pairs.
+    rec = struct.pack("!HHH", 300, 2, 1) + struct.pack("!HH", 10, 4) + struct.pack("!HH", 82, 0xFFFF)
+    tset = struct.pack("!HH", 3, 4 + len(rec)) + rec
+    data = b""
+    for idx, name in names:
+        raw = name.encode()
+        data += struct.pack("!IB", idx, len(raw)) + raw
+    pad = (-len(data)) % 4
+    dset = struct.pack("!HH", 300, 4 + len(data) + pad) + data + b"\0" * pad
+    body = tset + dset
+    return struct.pack("!HHIII", 10, 16 + len(body), int(time.time()), 1, 7) + body
+
+
+def test_interface_names_from_options_in_stats(sonde_bin, workdir):
+    """Interface names announced by IPFIX options records are shown per exporter, as tshark
+    reads them from the same message (wire strings, hostile ones included, kept as data)."""
+    names = [(3, "Gi0/0/3"), (7, "<script>alert(1)</script>")]
+    msg = _ipfix_interface_names(names)
+    pcap = workdir / "ifnames.pcap"
+    # tshark is the oracle for what the message says: write it as a pcap and decode it.
+    with open(pcap, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 101))
+        ip_len = 20 + 8 + len(msg)
+        ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, ip_len, 1, 0, 64, 17, 0,
+                         bytes([127, 0, 0, 1]), bytes([127, 0, 0, 1]))
+        udp = struct.pack("!HHHH", 40000, 4739, 8 + len(msg), 0)
+        pkt = ip + udp + msg
+        f.write(struct.pack("<IIII", 0, 0, len(pkt), len(pkt)) + pkt)
+    out = oracle.tshark(["-r", str(pcap), "-d", "udp.port==4739,cflow", "-T", "fields",
+                         "-E", "occurrence=a", "-e", "cflow.if_name"])
+    assert out.strip().split(",") == [n for _, n in names]
+    col = Collector(sonde_bin, workdir, seconds=2)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(msg, ("127.0.0.1", col.port))
+    s.close()
+    _, stats = col.result()
+    (exporter,) = stats["exporters"]
+    assert exporter["interface_names"] == {str(i): n for i, n in names}
+    assert exporter["option_records"] == 2
 
 
 def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):

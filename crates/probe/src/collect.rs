@@ -10,7 +10,7 @@ use crate::shard::{wall_ns, ShardCtx, ShardOutput};
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use sonde_capture::CaptureDrops;
 use sonde_flow::FlowKey;
-use sonde_flowproto::decode::{Collector, Config, ExporterStats, IpfixStream};
+use sonde_flowproto::decode::{Collector, Config, ExporterStats, IfCounters, IpfixStream};
 use sonde_flowproto::{CollectedFlow, SampledPacket};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -189,8 +189,44 @@ pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> 
     ctx.finish(CaptureDrops::default())
 }
 
+/// What a receiver knows about one exporter at the end: its statistics, the interface names
+/// its options records announced and the latest sFlow interface counters.
+#[derive(Clone, Debug)]
+pub struct ExporterInfo {
+    pub addr: std::net::SocketAddr,
+    pub stats: ExporterStats,
+    /// ifIndex → name (IPFIX interfaceName / v9 interface options), by ifIndex.
+    pub interface_names: Vec<(u32, String)>,
+    /// sFlow generic interface counters, by ifIndex.
+    pub interface_counters: Vec<(u32, IfCounters)>,
+}
+
 /// Per-exporter statistics of the NetFlow/IPFIX/sFlow receivers, for the summary.
-pub type ExporterReport = Vec<(std::net::SocketAddr, ExporterStats)>;
+pub type ExporterReport = Vec<ExporterInfo>;
+
+fn report(collector: &Collector) -> ExporterReport {
+    collector
+        .stats()
+        .map(|(addr, s)| {
+            let mut interface_names: Vec<_> = collector
+                .interface_names(addr)
+                .map(|m| m.iter().map(|(i, n)| (*i, n.clone())).collect())
+                .unwrap_or_default();
+            interface_names.sort_unstable();
+            let mut interface_counters: Vec<_> = collector
+                .interface_counters(addr)
+                .map(|m| m.iter().map(|(i, c)| (*i, c.clone())).collect())
+                .unwrap_or_default();
+            interface_counters.sort_unstable_by_key(|(i, _)| *i);
+            ExporterInfo {
+                addr,
+                stats: s.clone(),
+                interface_names,
+                interface_counters,
+            }
+        })
+        .collect()
+}
 
 fn now_ms() -> u64 {
     wall_ns() / 1_000_000
@@ -271,7 +307,7 @@ pub(crate) fn run_udp(
         }
     }
     out.flush();
-    collector.stats().map(|(a, s)| (a, s.clone())).collect()
+    report(&collector)
 }
 
 /// Accepts IPFIX-over-TCP connections until `stop`; one thread per connection, each with its
@@ -336,10 +372,7 @@ pub(crate) fn run_tcp(
                             }
                         }
                     }
-                    collector
-                        .stats()
-                        .map(|(a, s)| (a, s.clone()))
-                        .collect::<ExporterReport>()
+                    report(&collector)
                 }));
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {

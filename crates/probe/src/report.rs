@@ -120,8 +120,24 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "packets": t.collected_packets,
             "bytes": t.collected_bytes,
         },
-        "exporters": s.exporters.iter().map(|(addr, e)| serde_json::json!({
-            "exporter": addr.to_string(),
+        "exporters": s.exporters.iter().map(|x| { let e = &x.stats; serde_json::json!({
+            "exporter": x.addr.to_string(),
+            // Keyed by ifIndex (as a string: JSON object keys), wire strings as given.
+            "interface_names": x.interface_names.iter()
+                .map(|(i, n)| (i.to_string(), serde_json::Value::from(n.as_str())))
+                .collect::<serde_json::Map<_, _>>(),
+            "interface_counters": x.interface_counters.iter().map(|(i, c)| (i.to_string(), serde_json::json!({
+                "speed": c.speed,
+                "status": c.status,
+                "in_octets": c.in_octets,
+                "in_packets": c.in_packets,
+                "in_discards": c.in_discards,
+                "in_errors": c.in_errors,
+                "out_octets": c.out_octets,
+                "out_packets": c.out_packets,
+                "out_discards": c.out_discards,
+                "out_errors": c.out_errors,
+            }))).collect::<serde_json::Map<_, _>>(),
             "datagrams": e.datagrams,
             "records": e.records,
             "option_records": e.option_records,
@@ -139,7 +155,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "no_template_sets": e.no_template_sets,
             "flow_samples": e.flow_samples,
             "counter_samples": e.counter_samples,
-        })).collect::<Vec<_>>(),
+        })}).collect::<Vec<_>>(),
         "sinks": s.sinks.iter().map(|r| serde_json::json!({
             "name": r.name,
             "records": r.records,
