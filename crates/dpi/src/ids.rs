@@ -276,11 +276,50 @@ impl Proto {
         self.entry().map(|e| e.2).unwrap_or_default()
     }
 
-    /// Looks a protocol up by its display name (case-insensitive), for data files.
+    /// Looks a protocol up by its display name (case-insensitive), for data files and for
+    /// the application names of collected records (once per record: a hash look-up, not a
+    /// scan of the table).
     pub fn from_name(s: &str) -> Option<Proto> {
-        TABLE
-            .iter()
-            .find(|e| e.1.eq_ignore_ascii_case(s))
-            .map(|e| Proto(e.0))
+        static BY_NAME: std::sync::OnceLock<std::collections::HashMap<Vec<u8>, u16>> =
+            std::sync::OnceLock::new();
+        const LONGEST: usize = 64;
+        if s.is_empty() || s.len() > LONGEST {
+            return None;
+        }
+        let map = BY_NAME.get_or_init(|| {
+            TABLE
+                .iter()
+                .rev() // the first entry of a name wins, as with a scan
+                .map(|e| (e.1.to_ascii_lowercase().into_bytes(), e.0))
+                .collect()
+        });
+        let mut buf = [0u8; LONGEST];
+        let key = &mut buf[..s.len()];
+        key.copy_from_slice(s.as_bytes());
+        key.make_ascii_lowercase();
+        map.get(&key[..]).map(|&id| Proto(id))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_name_is_found_in_any_case() {
+        for e in TABLE {
+            let first = TABLE
+                .iter()
+                .find(|x| x.1.eq_ignore_ascii_case(e.1))
+                .unwrap();
+            assert_eq!(Proto::from_name(e.1), Some(Proto(first.0)), "{}", e.1);
+            assert_eq!(
+                Proto::from_name(&e.1.to_ascii_uppercase()),
+                Some(Proto(first.0))
+            );
+        }
+        assert_eq!(Proto::from_name(""), None);
+        assert_eq!(Proto::from_name("no such protocol"), None);
+        assert_eq!(Proto::from_name(&"x".repeat(500)), None);
     }
 }

@@ -15,6 +15,7 @@ use sonde_dpi::{Dpi, FlowDpi, Meta};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 
 mod collect;
+pub use collect::decoded_from_record;
 mod l7;
 
 /// Bytes of one packet's payload kept for DPI (a TLS ClientHello's first segment fits).
@@ -209,10 +210,11 @@ struct BatchScratch {
 impl Engine {
     pub fn new(cfg: EngineConfig) -> Engine {
         let max_flows = cfg.max_flows.max(BATCH);
+        // Reserved, not touched: see HostTable::new.
+        let flows = Vec::with_capacity(max_flows);
         Engine {
             index: Index::with_max_entries(max_flows),
-            // Reserved, not touched: see HostTable::new.
-            flows: Vec::with_capacity(max_flows),
+            flows,
             free: Vec::new(),
             live_flows: 0,
             hosts: HostTable::new(cfg.max_hosts.max(1)),
@@ -755,6 +757,8 @@ impl Engine {
             let next = &self.flows[(slot + AHEAD) % len];
             if next.live {
                 self.index.prefetch(next.key.hash() as u32);
+                self.hosts.prefetch(next.hosts[0]);
+                self.hosts.prefetch(next.hosts[1]);
             }
             if self.flows[slot].live {
                 self.remove(slot as u32, reason);

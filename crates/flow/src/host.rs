@@ -55,11 +55,12 @@ pub struct HostTable {
 
 impl HostTable {
     pub fn new(capacity: usize) -> HostTable {
+        // Reserved up front like the flow slab: growing by doubling would copy every host
+        // into fresh pages each time; untouched capacity costs no memory.
+        let hosts = Vec::with_capacity(capacity);
         HostTable {
             index: Index::with_max_entries(capacity),
-            // Reserved up front like the flow slab: growing by doubling would copy every host
-            // into fresh pages each time; untouched capacity costs no memory.
-            hosts: Vec::with_capacity(capacity),
+            hosts,
             free: Vec::new(),
             capacity,
             len: 0,

@@ -18,7 +18,9 @@ pub mod key;
 pub mod stats;
 pub mod table;
 
-pub use engine::{copy_payload, Engine, EngineConfig, FullPolicy, PacketRef, Payloads, Span};
+pub use engine::{
+    copy_payload, decoded_from_record, Engine, EngineConfig, FullPolicy, PacketRef, Payloads, Span,
+};
 pub use flow::{EndReason, Flow, FlowRecord};
 pub use host::{Host, HostTable};
 pub use key::FlowKey;

@@ -104,17 +104,7 @@ impl Dispatcher {
     }
 
     pub fn flow(&mut self, c: CollectedFlow) {
-        let d = Decoded {
-            src: c.src,
-            dst: c.dst,
-            sport: c.sport,
-            dport: c.dport,
-            proto: c.proto,
-            ip_version: c.ip_version,
-            vlan: c.vlan,
-            ..Decoded::default()
-        };
-        let i = self.shard_of(&d);
+        let i = self.shard_of(&sonde_flow::decoded_from_record(&c));
         self.batches[i].flows.push(c);
         if self.batches[i].flows.len() >= BATCH {
             self.send(i);

@@ -13,8 +13,9 @@ use sonde_flowproto::{CollectedFlow, SampledPacket};
 use sonde_wire::{Decoded, LinkType, Outcome};
 use std::net::SocketAddr;
 
-/// The packet-like description of a collected record: what the flow key is made from.
-fn decoded_of(c: &CollectedFlow) -> Decoded {
+/// The packet-like description of a collected record: what its flow key (and shard) is
+/// made from.
+pub fn decoded_from_record(c: &CollectedFlow) -> Decoded {
     Decoded {
         src: c.src,
         dst: c.dst,
@@ -39,7 +40,7 @@ impl Engine {
             if self.live_flows > super::PREFETCH_MIN_FLOWS {
                 let mut tags = [0u32; super::BATCH];
                 for (c, tag) in chunk.iter().zip(tags.iter_mut()) {
-                    let (key, _) = FlowKey::from_packet(&decoded_of(c));
+                    let (key, _) = FlowKey::from_packet(&decoded_from_record(c));
                     *tag = key.hash() as u32;
                     self.index.prefetch(*tag);
                     for addr in [key.addr_a, key.addr_b] {
@@ -65,7 +66,7 @@ impl Engine {
     /// Merges one collected flow record into the flow table (`now_ns`: when it arrived, used
     /// when the record carries no times). Both hosts are credited as for packets.
     pub fn ingest_flow(&mut self, c: &CollectedFlow, now_ns: u64) {
-        let mut d = decoded_of(c);
+        let mut d = decoded_from_record(c);
         if let (Some(s), Some(t)) = (c.src_mac, c.dst_mac) {
             d.src_mac = s;
             d.dst_mac = t;
