@@ -76,6 +76,11 @@ impl Category {
             .copied()
             .find(|c| c.name().eq_ignore_ascii_case(s))
     }
+
+    /// The category whose number (`category as u8`) is `n`, for stored records.
+    pub fn from_number(n: u8) -> Option<Category> {
+        ALL_CATEGORIES.iter().copied().find(|c| *c as u8 == n)
+    }
 }
 
 /// Every category, in nDPI 4.2's numbering for the first 20 (the nDPI backend relies on it).

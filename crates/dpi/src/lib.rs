@@ -95,6 +95,13 @@ impl Confidence {
             Confidence::Dpi => "dpi",
         }
     }
+
+    /// The confidence whose number (`confidence as u8`) is `n`, for stored records.
+    pub fn from_number(n: u8) -> Option<Confidence> {
+        [Confidence::Unknown, Confidence::Port, Confidence::Dpi]
+            .into_iter()
+            .find(|c| *c as u8 == n)
+    }
 }
 
 /// The label of a flow: small and `Copy`, kept inline in the flow entry.

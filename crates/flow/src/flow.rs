@@ -36,6 +36,20 @@ impl TcpState {
             TcpState::Closed => "closed",
         }
     }
+
+    /// The state whose number (`state as u8`) is `n`, for stored records.
+    pub fn from_number(n: u8) -> Option<TcpState> {
+        [
+            TcpState::None,
+            TcpState::SynSent,
+            TcpState::SynReceived,
+            TcpState::Established,
+            TcpState::Closing,
+            TcpState::Closed,
+        ]
+        .into_iter()
+        .find(|s| *s as u8 == n)
+    }
 }
 
 /// Why a flow record was emitted.

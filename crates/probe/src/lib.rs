@@ -9,6 +9,7 @@
 mod collect;
 mod config;
 mod flow_export;
+mod history_sink;
 mod report;
 mod run;
 mod shard;
@@ -18,6 +19,7 @@ mod zmq_sink;
 pub use collect::CollectSource;
 pub use config::{Input, ProbeConfig, Replay, SinkFactory};
 pub use flow_export::{ExportTarget, FlowExportSink};
+pub use history_sink::HistorySink;
 pub use report::{format_count, stats_line, summary_json};
 pub use run::{start, Probe, ProbeError, Summary};
 pub use zmq_sink::ZmqSink;

@@ -338,9 +338,19 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             .name("sink".into())
             .spawn(
                 move || -> Result<Vec<SinkReport>, (String, std::io::Error)> {
-                    for batch in rx {
-                        for s in sinks.iter_mut() {
-                            s.write(&batch).map_err(|e| (s.name(), e))?;
+                    loop {
+                        match rx.recv_timeout(std::time::Duration::from_secs(1)) {
+                            Ok(batch) => {
+                                for s in sinks.iter_mut() {
+                                    s.write(&batch).map_err(|e| (s.name(), e))?;
+                                }
+                            }
+                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
+                                for s in sinks.iter_mut() {
+                                    s.idle().map_err(|e| (s.name(), e))?;
+                                }
+                            }
+                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
                         }
                     }
                     sinks

@@ -14,6 +14,11 @@ pub trait RecordSink: Send {
     /// What the sink is, for error messages and stats (`flows file 'x.jsonl'`, `ipfix://…`).
     fn name(&self) -> String;
     fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()>;
+    /// Called when no batch came for a while (about a second): time to make pending output
+    /// durable or flush it.
+    fn idle(&mut self) -> io::Result<()> {
+        Ok(())
+    }
     fn finish(&mut self) -> io::Result<SinkReport>;
 }
 

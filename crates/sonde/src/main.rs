@@ -12,14 +12,16 @@ use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
 use sonde_probe::sinks::RecordSink;
 use sonde_probe::{
-    format_count, stats_line, summary_json, CollectSource, ExportTarget, FlowExportSink, Input,
-    ProbeConfig, Replay, ZmqSink,
+    format_count, stats_line, summary_json, CollectSource, ExportTarget, FlowExportSink,
+    HistorySink, Input, ProbeConfig, Replay, ZmqSink,
 };
 use std::io::{IsTerminal, Write};
 use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
+
+mod query;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -78,6 +80,16 @@ struct Cli {
     /// every remaining host, merged across shards, at the end.
     #[arg(long, value_name = "FILE")]
     hosts_out: Option<PathBuf>,
+    /// Keep every expired flow in the flow history of DIR (made durable every second; query it
+    /// with 'sonde query --data-dir DIR flows|hosts|apps').
+    #[arg(long, value_name = "DIR")]
+    data_dir: Option<PathBuf>,
+    /// Flow history retention: delete flows older than this many days (0: no age limit).
+    #[arg(long, default_value_t = 30.0, value_name = "DAYS")]
+    history_max_age: f64,
+    /// Flow history retention: keep at most this many GiB (0: no size limit).
+    #[arg(long, default_value_t = 10.0, value_name = "GIB")]
+    history_max_size: f64,
     /// Write the final summary as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     stats_json: Option<PathBuf>,
@@ -178,6 +190,17 @@ fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
 }
 
 fn main() -> ExitCode {
+    // `sonde query …` reads a data directory; everything else runs the probe.
+    if std::env::args_os().nth(1).is_some_and(|a| a == "query") {
+        return match query::run(std::env::args_os().skip(1)) {
+            Ok(()) => ExitCode::SUCCESS,
+            Err(e) => {
+                let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+                eprintln!("sonde: error: {}", msg.join(": "));
+                ExitCode::FAILURE
+            }
+        };
+    }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
         Err(e) => {
@@ -276,6 +299,20 @@ fn run(cli: Cli) -> Result<ExitCode> {
         let endpoint = endpoint.clone();
         cfg.extra_sinks.push(std::sync::Arc::new(move || {
             ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
+        }));
+    }
+    if let Some(dir) = cli.data_dir.clone() {
+        let ok = |x: f64| x >= 0.0 && x.is_finite();
+        if !ok(cli.history_max_age) || !ok(cli.history_max_size) {
+            bail!("--history-max-age and --history-max-size must be 0 or positive numbers");
+        }
+        let retention = sonde_history::store::Retention {
+            max_age_ms: (cli.history_max_age * 86_400_000.0) as u64,
+            max_bytes: (cli.history_max_size * (1u64 << 30) as f64) as u64,
+            ..Default::default()
+        };
+        cfg.extra_sinks.push(std::sync::Arc::new(move || {
+            HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
         }));
     }
     cfg.duration = match cli.duration {

@@ -86,6 +86,19 @@ impl Tunnel {
             Tunnel::IpInIp => "ip-in-ip",
         }
     }
+
+    /// The tunnel whose number (`tunnel as u8`) is `n`, for stored records.
+    pub fn from_number(n: u8) -> Option<Tunnel> {
+        [
+            Tunnel::None,
+            Tunnel::Gre,
+            Tunnel::Vxlan,
+            Tunnel::GtpU,
+            Tunnel::IpInIp,
+        ]
+        .into_iter()
+        .find(|t| *t as u8 == n)
+    }
 }
 
 /// Whether the frame was an IP packet tracked as a flow, or something else (ARP, LLDP, STP...).

@@ -1,0 +1,275 @@
+use super::*;
+use crate::query;
+use sonde_flow::{EndReason, Flow, FlowKey};
+
+fn record(i: u32) -> FlowRecord {
+    let mut key = FlowKey {
+        proto: if i.is_multiple_of(3) { 17 } else { 6 },
+        ip_version: 4,
+        port_a: 1024 + (i % 50_000) as u16,
+        port_b: if i.is_multiple_of(2) { 443 } else { 53 },
+        ..FlowKey::default()
+    };
+    key.addr_a[..4].copy_from_slice(&(0x0a00_0000 + i).to_be_bytes());
+    key.addr_b[..4].copy_from_slice(&(0xc0a8_0000 + i % 100).to_be_bytes());
+    let t = 1_700_000_000_000_000_000 + i as u64 * 1_000_000_000;
+    let flow = Flow {
+        key,
+        first_ns: t,
+        last_ns: t + 500_000_000,
+        pkts: [i as u64 % 7 + 1, 2],
+        bytes: [1000 + i as u64, 200],
+        ..Flow::default()
+    };
+    FlowRecord {
+        flow,
+        reason: EndReason::IdleTimeout,
+        meta: None,
+        exporter: None,
+    }
+}
+
+fn json(r: &FlowRecord) -> String {
+    let mut w = sonde_export::FlowWriter::new(Vec::new(), sonde_export::Format::Json);
+    w.write(r).unwrap();
+    String::from_utf8(w.into_inner()).unwrap()
+}
+
+fn all(dir: &Path) -> Vec<FlowRecord> {
+    let reader = FlowReader::open(dir).unwrap();
+    query::flows(&reader, &Filter::default(), 0, usize::MAX)
+        .unwrap()
+        .0
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sonde-history-{name}-{}", std::process::id()));
+    let _ = fs::remove_dir_all(&d);
+    d
+}
+
+#[test]
+fn appended_records_read_back_identically() {
+    let dir = tmp("roundtrip");
+    let mut s = FlowStore::open(&dir, Retention::default()).unwrap();
+    let n = BLOCK_RECORDS as u32 * 2 + 17;
+    for i in 0..n {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    assert_eq!(s.checkpointed, n as u64);
+    let back = all(&dir);
+    assert_eq!(back.len(), n as usize);
+    for (i, r) in back.iter().enumerate() {
+        assert_eq!(json(r), json(&record(i as u32)));
+    }
+    // Reopening for writing appends after what is there.
+    drop(s);
+    let mut s = FlowStore::open(&dir, Retention::default()).unwrap();
+    assert_eq!(s.recovered_torn_bytes, 0);
+    s.append(&record(n)).unwrap();
+    s.checkpoint().unwrap();
+    assert_eq!(all(&dir).len(), n as usize + 1);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_torn_tail_is_cut_off_and_checkpointed_records_survive() {
+    let dir = tmp("torn");
+    let mut s = FlowStore::open(&dir, Retention::default()).unwrap();
+    for i in 0..1000 {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let seg = s.segments().last().unwrap().path.clone();
+    drop(s);
+    // A block header and half a body: what a kill -9 in the middle of a write leaves.
+    let good = fs::metadata(&seg).unwrap().len();
+    let mut f = OpenOptions::new().append(true).open(&seg).unwrap();
+    f.write_all(&BLOCK_MAGIC.to_le_bytes()).unwrap();
+    f.write_all(&(100_000u32).to_le_bytes()).unwrap();
+    f.write_all(&[7u8; 5000]).unwrap();
+    drop(f);
+    // A reader of a running instance stops before it, without error.
+    assert_eq!(all(&dir).len(), 1000);
+    let s = FlowStore::open(&dir, Retention::default()).unwrap();
+    assert_eq!(s.recovered_torn_bytes, 5008);
+    assert_eq!(fs::metadata(&seg).unwrap().len(), good);
+    assert_eq!(all(&dir).len(), 1000);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_corrupted_block_in_an_older_segment_is_an_error_naming_it() {
+    let dir = tmp("corrupt");
+    let ret = Retention {
+        segment_bytes: 200_000,
+        max_bytes: 0,
+        max_age_ms: 0,
+    };
+    let mut s = FlowStore::open(&dir, ret).unwrap();
+    for i in 0..20_000 {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    assert!(s.segments().len() > 2);
+    let first = s.segments()[0].path.clone();
+    drop(s);
+    let mut bytes = fs::read(&first).unwrap();
+    let at = bytes.len() - 100;
+    bytes[at] ^= 0xff;
+    fs::write(&first, &bytes).unwrap();
+    let reader = FlowReader::open(&dir).unwrap();
+    let err = query::flows(&reader, &Filter::default(), 0, usize::MAX).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&*first.to_string_lossy()), "{msg}");
+    assert!(msg.contains("corrupted block"), "{msg}");
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn foreign_files_and_versions_are_refused() {
+    let dir = tmp("foreign");
+    FlowStore::open(&dir, Retention::default()).unwrap();
+    fs::write(dir.join("flows").join("notes.txt"), "hello").unwrap();
+    let err = FlowStore::open(&dir, Retention::default()).err().unwrap();
+    assert!(matches!(err, StoreError::Foreign { .. }), "{err}");
+    assert!(err.to_string().contains("notes.txt"));
+    fs::remove_file(dir.join("flows").join("notes.txt")).unwrap();
+    fs::write(dir.join("VERSION"), "sonde-data 99\n").unwrap();
+    let err = FlowReader::open(&dir).err().unwrap();
+    assert!(err.to_string().contains("sonde-data 99"), "{err}");
+    // A directory with other people's files and no VERSION is not taken over.
+    let other = tmp("other");
+    fs::create_dir_all(&other).unwrap();
+    fs::write(other.join("thesis.tex"), "x").unwrap();
+    assert!(FlowStore::open(&other, Retention::default()).is_err());
+    // And a segment that is not one.
+    fs::write(dir.join("VERSION"), DATA_DIR_VERSION).unwrap();
+    fs::write(
+        dir.join("flows").join("0000000009.sfl"),
+        b"PK\x03\x04 a zip file, longer than a segment header",
+    )
+    .unwrap();
+    let reader = FlowReader::open(&dir).unwrap();
+    let err = query::flows(&reader, &Filter::default(), 0, 10).unwrap_err();
+    assert!(
+        err.to_string().contains("not a sonde flow segment"),
+        "{err}"
+    );
+    fs::remove_dir_all(&dir).unwrap();
+    fs::remove_dir_all(&other).unwrap();
+}
+
+#[test]
+fn retention_deletes_oldest_segments_by_size_and_age() {
+    let dir = tmp("retention");
+    let ret = Retention {
+        segment_bytes: 100_000,
+        max_bytes: 400_000,
+        max_age_ms: 0,
+    };
+    let mut s = FlowStore::open(&dir, ret).unwrap();
+    for i in 0..50_000 {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    assert!(s.segments_deleted > 0);
+    assert!(s.bytes() <= 400_000 + 100_000 + 2 * BLOOM_BYTES as u64);
+    // What is left is the newest flows, in order.
+    let back = all(&dir);
+    assert_eq!(json(back.last().unwrap()), json(&record(49_999)));
+    drop(s);
+    // By age: flows are 1 s apart; keep 1000 s.
+    let ret = Retention {
+        segment_bytes: 100_000,
+        max_bytes: 0,
+        max_age_ms: 1_000_000,
+    };
+    let mut s = FlowStore::open(&dir, ret).unwrap();
+    for i in 50_000..60_000 {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let oldest = all(&dir)[0].flow.last_ns / 1_000_000;
+    let newest = record(59_999).flow.last_ns / 1_000_000;
+    // Whole segments go: at most one segment's span older than the limit remains.
+    assert!(
+        newest - oldest <= 1_000_000 + 2_000_000,
+        "{}",
+        newest - oldest
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn filters_and_top_lists_agree_with_a_brute_force_count() {
+    let dir = tmp("filters");
+    let mut s = FlowStore::open(&dir, Retention::default()).unwrap();
+    let n = 30_000u32;
+    for i in 0..n {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let reader = FlowReader::open(&dir).unwrap();
+    let recs: Vec<FlowRecord> = (0..n).map(record).collect();
+    // One host: the bloom filters skip most blocks.
+    let mut host = Network {
+        addr: [0; 16],
+        ip_version: 4,
+        prefix: 32,
+    };
+    host.addr[..4].copy_from_slice(&(0x0a00_0000u32 + 12_345).to_be_bytes());
+    let f = Filter {
+        host: Some(host),
+        ..Filter::default()
+    };
+    let (got, stats) = query::flows(&reader, &f, 0, 100).unwrap();
+    assert_eq!(got.len(), 1);
+    assert_eq!(json(&got[0]), json(&recs[12_345]));
+    assert!(stats.blocks_skipped >= 5, "{stats:?}");
+    // A /24, a port, a protocol and a time range, paged.
+    host.prefix = 24;
+    let from = recs[1000].flow.first_ns / 1_000_000;
+    let to = recs[20_000].flow.first_ns / 1_000_000;
+    let f = Filter {
+        host: Some(host),
+        port: Some(443),
+        proto: Some(6),
+        from_ms: Some(from),
+        to_ms: Some(to),
+        ..Filter::default()
+    };
+    let want: Vec<String> = recs
+        .iter()
+        .filter(|r| {
+            let k = &r.flow.key;
+            k.addr_a[..3] == host.addr[..3]
+                && k.port_b == 443
+                && k.proto == 6
+                && r.flow.last_ns / 1_000_000 >= from
+                && r.flow.first_ns / 1_000_000 <= to
+        })
+        .map(json)
+        .collect();
+    assert!(want.len() > 20);
+    let (page1, _) = query::flows(&reader, &f, 0, 10).unwrap();
+    let (page2, _) = query::flows(&reader, &f, 10, 10_000).unwrap();
+    let got: Vec<String> = page1.iter().chain(&page2).map(json).collect();
+    assert_eq!(got, want);
+    // Top hosts by bytes: the server side (100 addresses) collects everything.
+    let (top, _) = query::top_hosts(&reader, &Filter::default(), query::Metric::Bytes, 3).unwrap();
+    let mut by_server: HashMap<[u8; 16], u64> = HashMap::new();
+    for r in &recs {
+        *by_server.entry(r.flow.key.addr_b).or_default() += r.flow.bytes[0] + r.flow.bytes[1];
+    }
+    let mut expect: Vec<_> = by_server.into_iter().collect();
+    expect.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    let got: Vec<_> = top.iter().map(|(h, t)| (h.0, t.bytes)).collect();
+    assert_eq!(got, expect[..3].to_vec());
+    let (apps, _) = query::top_apps(&reader, &Filter::default(), query::Metric::Flows, 10).unwrap();
+    assert_eq!(apps.iter().map(|a| a.1.flows).sum::<u64>(), n as u64);
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+use std::collections::HashMap;

@@ -1,0 +1,495 @@
+//! `sonde query`: reads the flow history of a data directory (a running or a stopped sonde's).
+
+use anyhow::{bail, Context, Result};
+use clap::{Parser, Subcommand, ValueEnum};
+use sonde_export::{format_addr, push_json_str, FlowWriter, Format};
+use sonde_history::query::{self, Metric, Totals};
+use sonde_history::store::{Filter, FlowReader, Network};
+use std::io::Write;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sonde query",
+    about = "Query the flow history a sonde keeps with --data-dir"
+)]
+pub struct QueryCli {
+    /// The data directory (what sonde was started with as --data-dir).
+    #[arg(long, value_name = "DIR", default_value = "sonde-data", global = true)]
+    data_dir: PathBuf,
+    #[command(subcommand)]
+    what: What,
+}
+
+#[derive(Subcommand, Debug)]
+enum What {
+    /// Flows that match the filters, in the order they ended (oldest first).
+    Flows(Common),
+    /// Hosts by the traffic of their flows (either end) in the range.
+    Hosts(Ranked),
+    /// Applications by traffic in the range.
+    Apps(Ranked),
+}
+
+#[derive(Parser, Debug)]
+struct Common {
+    /// Flows overlapping this range: Unix seconds, 2026-11-23T08:00:00Z, 2026-11-23, or
+    /// relative to now: -90s, -15m, -2h, -7d.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// An address or a network (10.0.0.0/8, 2001:db8::/32) at either end.
+    #[arg(long, value_name = "ADDR[/LEN]")]
+    host: Option<String>,
+    /// A port at either end.
+    #[arg(long)]
+    port: Option<u16>,
+    /// tcp, udp, icmp, icmpv6, sctp or a protocol number.
+    #[arg(long)]
+    proto: Option<String>,
+    /// An application or protocol name (TLS, Google, DNS) or nDPI number.
+    #[arg(long)]
+    app: Option<String>,
+    /// At most this many rows.
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    /// Rows to skip first (paging).
+    #[arg(long, default_value_t = 0)]
+    offset: usize,
+    #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+    format: OutFormat,
+}
+
+#[derive(Parser, Debug)]
+struct Ranked {
+    #[command(flatten)]
+    common: Common,
+    /// What to rank by.
+    #[arg(long, value_enum, default_value_t = SortArg::Bytes)]
+    sort: SortArg,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum OutFormat {
+    /// Aligned columns for people.
+    Table,
+    /// One JSON object per line; flows have the keys of --flows-out.
+    Jsonl,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum SortArg {
+    Bytes,
+    Packets,
+    Flows,
+}
+
+pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
+    let cli = match QueryCli::try_parse_from(args) {
+        Ok(c) => c,
+        Err(e) => {
+            use clap::error::ErrorKind;
+            if matches!(e.kind(), ErrorKind::DisplayHelp | ErrorKind::DisplayVersion) {
+                let _ = e.print();
+                return Ok(());
+            }
+            let text = e.to_string();
+            let first = text.lines().next().unwrap_or("invalid arguments");
+            bail!(
+                "{} (see 'sonde query --help')",
+                first.trim_start_matches("error: ")
+            );
+        }
+    };
+    let reader = FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?;
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let stdout = std::io::stdout();
+    let mut out = std::io::BufWriter::new(stdout.lock());
+    match cli.what {
+        What::Flows(c) => {
+            let filter = filter_of(&c, now_ms)?;
+            let (flows, _) =
+                query::flows(&reader, &filter, c.offset, c.limit).map_err(anyhow::Error::msg)?;
+            match c.format {
+                OutFormat::Jsonl => {
+                    let mut w = FlowWriter::new(&mut out, Format::Json);
+                    for r in &flows {
+                        w.write(r)?;
+                    }
+                    w.flush()?;
+                }
+                OutFormat::Table => flows_table(&mut out, &flows)?,
+            }
+        }
+        What::Hosts(r) => {
+            let filter = filter_of(&r.common, now_ms)?;
+            let (top, _) = query::top_hosts(
+                &reader,
+                &filter,
+                metric(r.sort),
+                r.common.offset + r.common.limit,
+            )
+            .map_err(anyhow::Error::msg)?;
+            let rows = top
+                .into_iter()
+                .skip(r.common.offset)
+                .map(|((addr, v, vlan), t)| {
+                    let mut a = String::new();
+                    format_addr(&mut a, &addr, v);
+                    ((a, vlan), t)
+                });
+            ranked_out(&mut out, r.common.format, "HOST", rows.collect())?;
+        }
+        What::Apps(r) => {
+            let filter = filter_of(&r.common, now_ms)?;
+            let (top, _) = query::top_apps(
+                &reader,
+                &filter,
+                metric(r.sort),
+                r.common.offset + r.common.limit,
+            )
+            .map_err(anyhow::Error::msg)?;
+            let rows = top.into_iter().skip(r.common.offset).map(|((p, a), t)| {
+                let l7 = sonde_dpi::L7 {
+                    proto: sonde_dpi::Proto(p),
+                    app: sonde_dpi::Proto(a),
+                    ..sonde_dpi::L7::default()
+                };
+                ((l7.name(), 0), t)
+            });
+            ranked_out(&mut out, r.common.format, "APPLICATION", rows.collect())?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn metric(s: SortArg) -> Metric {
+    match s {
+        SortArg::Bytes => Metric::Bytes,
+        SortArg::Packets => Metric::Packets,
+        SortArg::Flows => Metric::Flows,
+    }
+}
+
+fn filter_of(c: &Common, now_ms: u64) -> Result<Filter> {
+    let from_ms = c
+        .from
+        .as_deref()
+        .map(|t| parse_time(t, now_ms).with_context(|| format!("--from '{t}'")))
+        .transpose()?;
+    let to_ms =
+        c.to.as_deref()
+            .map(|t| parse_time(t, now_ms).with_context(|| format!("--to '{t}'")))
+            .transpose()?;
+    if let (Some(f), Some(t)) = (from_ms, to_ms) {
+        if f > t {
+            bail!("--from is after --to");
+        }
+    }
+    let host = c
+        .host
+        .as_deref()
+        .map(|h| parse_network(h).with_context(|| format!("--host '{h}'")))
+        .transpose()?;
+    let proto = c
+        .proto
+        .as_deref()
+        .map(|p| match p.to_ascii_lowercase().as_str() {
+            "tcp" => Ok(6),
+            "udp" => Ok(17),
+            "icmp" => Ok(1),
+            "icmpv6" => Ok(58),
+            "sctp" => Ok(132),
+            n => n.parse::<u8>().map_err(|_| {
+                anyhow::anyhow!("--proto '{p}': use tcp, udp, icmp, icmpv6, sctp or a number 0-255")
+            }),
+        })
+        .transpose()?;
+    let app = c
+        .app
+        .as_deref()
+        .map(|a| {
+            a.parse::<u16>()
+                .ok()
+                .or_else(|| sonde_dpi::Proto::from_name(a).map(|p| p.0))
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--app '{a}': not an application sonde knows (e.g. TLS, DNS, Google, or an nDPI number)")
+                })
+        })
+        .transpose()?;
+    Ok(Filter {
+        from_ms,
+        to_ms,
+        host,
+        port: c.port,
+        proto,
+        app,
+    })
+}
+
+/// `10.1.2.3`, `10.0.0.0/8`, `2001:db8::/32`.
+fn parse_network(s: &str) -> Result<Network> {
+    let (addr, len) = match s.split_once('/') {
+        Some((a, l)) => (a, Some(l)),
+        None => (s, None),
+    };
+    let ip: std::net::IpAddr = addr
+        .parse()
+        .map_err(|_| anyhow::anyhow!("'{addr}' is not an IPv4 or IPv6 address"))?;
+    let mut n = Network {
+        addr: [0; 16],
+        ip_version: 4,
+        prefix: 32,
+    };
+    match ip {
+        std::net::IpAddr::V4(a) => n.addr[..4].copy_from_slice(&a.octets()),
+        std::net::IpAddr::V6(a) => {
+            n.addr = a.octets();
+            n.ip_version = 6;
+            n.prefix = 128;
+        }
+    }
+    if let Some(l) = len {
+        let max = n.prefix;
+        n.prefix = l
+            .parse::<u8>()
+            .ok()
+            .filter(|&l| l <= max)
+            .ok_or_else(|| anyhow::anyhow!("prefix length '{l}' must be 0 to {max}"))?;
+    }
+    Ok(n)
+}
+
+/// Unix seconds, `YYYY-MM-DD[THH:MM[:SS]][Z]` (UTC), or `-N{s,m,h,d}` before now; in ms.
+pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
+    let bad = || {
+        anyhow::anyhow!(
+            "not a time: use Unix seconds, 2026-11-23T08:00:00Z, 2026-11-23, or -90s/-15m/-2h/-7d"
+        )
+    };
+    if let Some(rel) = s.strip_prefix('-') {
+        let (num, unit) = rel.split_at(rel.len().saturating_sub(1));
+        let n: u64 = num.parse().map_err(|_| bad())?;
+        let ms = match unit {
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        return Ok(now_ms.saturating_sub(n.saturating_mul(ms)));
+    }
+    if s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
+        return s
+            .parse::<u64>()
+            .map(|secs| secs.saturating_mul(1000))
+            .map_err(|_| bad());
+    }
+    let s = s.strip_suffix('Z').unwrap_or(s);
+    let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00:00"));
+    let d: Vec<&str> = date.split('-').collect();
+    let t: Vec<&str> = time.split(':').collect();
+    if d.len() != 3 || !(2..=3).contains(&t.len()) {
+        return Err(bad());
+    }
+    let num = |x: &str, lo: u64, hi: u64| -> Result<u64> {
+        x.parse::<u64>()
+            .ok()
+            .filter(|v| (lo..=hi).contains(v))
+            .ok_or_else(bad)
+    };
+    let (y, m, day) = (num(d[0], 1970, 9999)?, num(d[1], 1, 12)?, num(d[2], 1, 31)?);
+    let (hh, mm) = (num(t[0], 0, 23)?, num(t[1], 0, 59)?);
+    let ss = t.get(2).map_or(Ok(0), |x| num(x, 0, 60))?;
+    Ok(
+        (days_from_civil(y as i64, m as u32, day as u32) as u64 * 86_400
+            + hh * 3600
+            + mm * 60
+            + ss)
+            * 1000,
+    )
+}
+
+/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
+fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
+    let y = if m <= 2 { y - 1 } else { y };
+    let era = y.div_euclid(400);
+    let yoe = y - era * 400;
+    let mp = (m as i64 + 9) % 12;
+    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
+    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
+    era * 146_097 + doe - 719_468
+}
+
+/// `2026-11-23T08:00:00.123Z`.
+fn format_time(ms: u64) -> String {
+    let days = (ms / 86_400_000) as i64;
+    let rem = ms % 86_400_000;
+    // Inverse of days_from_civil.
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = doy - (153 * mp + 2) / 5 + 1;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 };
+    let y = yoe + era * 400 + i64::from(m <= 2);
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
+        rem / 3_600_000,
+        rem / 60_000 % 60,
+        rem / 1000 % 60,
+        rem % 1000
+    )
+}
+
+fn flows_table(out: &mut impl Write, flows: &[sonde_flow::FlowRecord]) -> Result<()> {
+    writeln!(
+        out,
+        "{:<24}  {:>9}  {:<5}  {:<47}  {:<47}  {:<20}  {:>10}  {:>14}",
+        "START", "DURATION", "PROTO", "CLIENT", "SERVER", "APPLICATION", "PACKETS", "BYTES"
+    )?;
+    for r in flows {
+        let f = &r.flow;
+        let c = f.client_dir();
+        let (ca, sa, cp, sp) = if c == 0 {
+            (&f.key.addr_a, &f.key.addr_b, f.key.port_a, f.key.port_b)
+        } else {
+            (&f.key.addr_b, &f.key.addr_a, f.key.port_b, f.key.port_a)
+        };
+        let end = |a: &[u8; 16], p: u16| {
+            let mut s = String::new();
+            format_addr(&mut s, a, f.key.ip_version);
+            if f.key.ip_version == 6 {
+                format!("[{s}]:{p}")
+            } else {
+                format!("{s}:{p}")
+            }
+        };
+        let app = if f.dpi_done {
+            f.l7.name()
+        } else {
+            String::new()
+        };
+        writeln!(
+            out,
+            "{:<24}  {:>8.3}s  {:<5}  {:<47}  {:<47}  {:<20}  {:>10}  {:>14}",
+            format_time(f.first_ns / 1_000_000),
+            f.last_ns.saturating_sub(f.first_ns) as f64 / 1e9,
+            proto_name(f.key.proto),
+            end(ca, cp),
+            end(sa, sp),
+            printable(&app),
+            f.pkts[0] + f.pkts[1],
+            f.bytes[0] + f.bytes[1],
+        )?;
+    }
+    Ok(())
+}
+
+fn proto_name(p: u8) -> String {
+    match p {
+        6 => "TCP".into(),
+        17 => "UDP".into(),
+        1 => "ICMP".into(),
+        58 => "ICMP6".into(),
+        132 => "SCTP".into(),
+        n => n.to_string(),
+    }
+}
+
+/// Wire-derived text for a terminal: control characters (escape sequences) are not passed.
+fn printable(s: &str) -> String {
+    s.chars()
+        .map(|c| if c.is_control() { '?' } else { c })
+        .collect()
+}
+
+fn ranked_out(
+    out: &mut impl Write,
+    format: OutFormat,
+    what: &str,
+    rows: Vec<((String, u16), Totals)>,
+) -> Result<()> {
+    match format {
+        OutFormat::Table => {
+            writeln!(
+                out,
+                "{what:<40}  {:>5}  {:>10}  {:>12}  {:>16}",
+                "VLAN", "FLOWS", "PACKETS", "BYTES"
+            )?;
+            for ((name, vlan), t) in rows {
+                writeln!(
+                    out,
+                    "{:<40}  {vlan:>5}  {:>10}  {:>12}  {:>16}",
+                    printable(&name),
+                    t.flows,
+                    t.packets,
+                    t.bytes
+                )?;
+            }
+        }
+        OutFormat::Jsonl => {
+            for ((name, vlan), t) in rows {
+                let mut line = format!("{{\"{what}\":\"");
+                push_json_str(&mut line, &name);
+                line.push('"');
+                if what == "HOST" {
+                    line.push_str(&format!(",\"VLAN_ID\":{vlan}"));
+                }
+                line.push_str(&format!(
+                    ",\"FLOWS\":{},\"PACKETS\":{},\"BYTES\":{}}}",
+                    t.flows, t.packets, t.bytes
+                ));
+                writeln!(out, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn times_parse_in_every_form() {
+        let now = 1_800_000_000_000;
+        assert_eq!(parse_time("1700000000", now).unwrap(), 1_700_000_000_000);
+        assert_eq!(
+            parse_time("2023-11-14T22:13:20Z", now).unwrap(),
+            1_700_000_000_000
+        );
+        assert_eq!(parse_time("1970-01-01", now).unwrap(), 0);
+        assert_eq!(
+            parse_time("2000-03-01T00:00", now).unwrap(),
+            951_868_800_000
+        );
+        assert_eq!(parse_time("-2h", now).unwrap(), now - 7_200_000);
+        assert_eq!(parse_time("-90s", now).unwrap(), now - 90_000);
+        for bad in ["yesterday", "2023-13-01", "-5y", "2023-11-14T25:00", ""] {
+            assert!(parse_time(bad, now).is_err(), "{bad}");
+        }
+        assert_eq!(format_time(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
+        assert_eq!(format_time(951_868_800_000), "2000-03-01T00:00:00.000Z");
+    }
+
+    #[test]
+    fn networks_parse_and_match() {
+        let n = parse_network("10.1.0.0/16").unwrap();
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[10, 1, 200, 3]);
+        assert!(n.contains(&a, 4));
+        a[1] = 2;
+        assert!(!n.contains(&a, 4));
+        assert!(parse_network("10.0.0.0/33").is_err());
+        assert!(parse_network("example.com").is_err());
+        let v6 = parse_network("2001:db8::/32").unwrap();
+        assert_eq!((v6.ip_version, v6.prefix), (6, 32));
+    }
+}

@@ -1,0 +1,161 @@
+"""Flow history (`--data-dir`) and `sonde query`: what is stored comes back with the keys of
+--flows-out, survives kill -9, and a corrupted or foreign file is a clear error."""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+import oracle
+
+CAPTURES = ["dns_doh.pcap", "youtube_quic.pcap", "http_connect.pcap"]
+
+
+def _jsonl(text: str):
+    return [json.loads(line) for line in text.splitlines() if line.strip()]
+
+
+def _flow_key(r: dict):
+    return json.dumps(r, sort_keys=True)
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
+    pcap = corpus / name
+    if not pcap.exists():
+        pytest.skip(f"{name} not in the corpus")
+    data = workdir / "data"
+    flows = workdir / "flows.jsonl"
+    p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
+    assert p.returncode == 0, p.stderr
+    want = oracle.load_jsonl(str(flows))
+    assert want
+    q = sonde("query", "--data-dir", data, "flows", "--limit", "1000000", "--format", "jsonl")
+    assert q.returncode == 0, q.stderr
+    got = _jsonl(q.stdout)
+    assert sorted(map(_flow_key, got)) == sorted(map(_flow_key, want))
+    # Top hosts: sums over the flows each host took part in, as the flows file says.
+    per_host = collections.Counter()
+    for r in want:
+        total = int(r["IN_BYTES"]) + int(r["OUT_BYTES"])
+        for k in ("IPV4_SRC_ADDR", "IPV4_DST_ADDR", "IPV6_SRC_ADDR", "IPV6_DST_ADDR"):
+            if k in r:
+                per_host[r[k]] += total
+    q = sonde("query", "--data-dir", data, "hosts", "--limit", "5", "--format", "jsonl")
+    assert q.returncode == 0, q.stderr
+    top = _jsonl(q.stdout)
+    assert [h["BYTES"] for h in top] == sorted(per_host.values(), reverse=True)[:5]
+    for h in top:
+        assert per_host[h["HOST"]] == h["BYTES"]
+    # The table form prints a header and one line per flow.
+    q = sonde("query", "--data-dir", data, "flows", "--limit", "3")
+    assert q.returncode == 0, q.stderr
+    assert q.stdout.splitlines()[0].startswith("START")
+    assert len(q.stdout.splitlines()) == 1 + min(3, len(want))
+
+
+def test_filters_select_what_the_flows_file_has(sonde, corpus, workdir):
+    pcap = corpus / "dns_doh.pcap"
+    if not pcap.exists():
+        pytest.skip("dns_doh.pcap not in the corpus")
+    data = workdir / "data"
+    flows = workdir / "flows.jsonl"
+    p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
+    assert p.returncode == 0, p.stderr
+    want = oracle.load_jsonl(str(flows))
+    port53 = [r for r in want if 53 in (int(r["L4_SRC_PORT"]), int(r["L4_DST_PORT"]))]
+    q = sonde("query", "--data-dir", data, "flows", "--port", "53", "--limit", "100000",
+              "--format", "jsonl")
+    assert q.returncode == 0, q.stderr
+    assert sorted(map(_flow_key, _jsonl(q.stdout))) == sorted(map(_flow_key, port53))
+    # Paging: two pages are the whole list, in order.
+    q1 = _jsonl(sonde("query", "--data-dir", data, "flows", "--limit", "2", "--format", "jsonl").stdout)
+    q2 = _jsonl(sonde("query", "--data-dir", data, "flows", "--offset", "2", "--limit", "100000",
+                      "--format", "jsonl").stdout)
+    assert len(q1) + len(q2) == len(want)
+    # A time range after the capture holds nothing.
+    q = sonde("query", "--data-dir", data, "flows", "--from", "2099-01-01", "--format", "jsonl")
+    assert q.returncode == 0 and q.stdout == ""
+    for bad, says in [(["--from", "yesterday"], "not a time"), (["--host", "example.com"], "not an IPv4"),
+                      (["--proto", "tcpx"], "--proto"), (["--app", "NoSuchApp"], "--app")]:
+        q = sonde("query", "--data-dir", data, "flows", *bad)
+        assert q.returncode != 0 and says in q.stderr, q.stderr
+
+
+def _count(sonde, data) -> int:
+    q = sonde("query", "--data-dir", data, "apps", "--limit", "100000", "--format", "jsonl")
+    assert q.returncode == 0, q.stderr
+    return sum(a["FLOWS"] for a in _jsonl(q.stdout))
+
+
+def test_kill_9_during_ingest_loses_nothing_readable(sonde_bin, sonde, workdir):
+    """Heavy ingest (a random-source flood through a small table: every packet evicts a flow
+    into the history), read while running, then SIGKILL: everything read before the kill is
+    still there after, and the store opens for writing with no repair step."""
+    data = workdir / "data"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "--synthetic", "hosts=1000,size=64,packets=2000000000,random-src",
+         "--max-flows", "20000", "--data-dir", data, "-q"],
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.time() + 30
+        seen = 0
+        while time.time() < deadline and seen < 200_000:
+            time.sleep(1)
+            assert proc.poll() is None, proc.stderr.read().decode()
+            seen = _count(sonde, data) if (data / "VERSION").exists() else 0
+        assert seen >= 100_000, f"only {seen} flows stored"
+        before = sonde("query", "--data-dir", data, "flows", "--limit", str(seen), "--format", "jsonl")
+        assert before.returncode == 0, before.stderr
+        time.sleep(0.5)
+    finally:
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait()
+    after_count = _count(sonde, data)
+    assert after_count >= seen
+    after = sonde("query", "--data-dir", data, "flows", "--limit", str(seen), "--format", "jsonl")
+    assert after.stdout == before.stdout
+    # Opening for writing again needs no repair step and appends after what is there.
+    p = sonde("--synthetic", "hosts=10,size=64,packets=1000", "--data-dir", data, "-q")
+    assert p.returncode == 0, p.stderr
+    assert _count(sonde, data) >= after_count + 10
+
+
+def test_corrupted_and_foreign_files_are_named(sonde, corpus, workdir):
+    pcap = corpus / "dns_doh.pcap"
+    if not pcap.exists():
+        pytest.skip("dns_doh.pcap not in the corpus")
+    data = workdir / "data"
+    for _ in range(2):
+        assert sonde("-r", pcap, "--data-dir", data, "-q").returncode == 0
+    # Start a second segment by hand so the first is an older, closed one.
+    segs = sorted((data / "flows").iterdir())
+    second = segs[-1].with_name(f"{int(segs[-1].stem) + 1:010d}.sfl")
+    second.write_bytes(segs[-1].read_bytes()[:16])
+    raw = bytearray(segs[0].read_bytes())
+    raw[len(raw) // 2] ^= 0xFF
+    segs[0].write_bytes(bytes(raw))
+    q = sonde("query", "--data-dir", data, "flows")
+    assert q.returncode != 0
+    assert str(segs[0]) in q.stderr and "corrupted block" in q.stderr, q.stderr
+    second.unlink()
+    segs[0].unlink()
+    (data / "flows" / "README.txt").write_text("mine")
+    for cmd in (["query", "--data-dir", data, "flows"], ["-r", pcap, "--data-dir", data, "-q"]):
+        p = sonde(*cmd)
+        assert p.returncode != 0 and "README.txt" in p.stderr, p.stderr
+    # A directory that is not a data directory is not taken over.
+    other = workdir / "other"
+    other.mkdir()
+    (other / "thesis.tex").write_text("x")
+    p = sonde("-r", pcap, "--data-dir", other, "-q")
+    assert p.returncode != 0 and "thesis.tex" in p.stderr, p.stderr
+    q = sonde("query", "--data-dir", workdir / "nothing-here", "flows")
+    assert q.returncode != 0 and "not a sonde data directory" in q.stderr, q.stderr
