@@ -6,6 +6,7 @@
 #   ndpiReader        package libndpi-bin  (nDPI's flow reader)
 #   softflowd         package softflowd    (NetFlow probe)
 #   pmacctd           package pmacct       (pmacct's libpcap daemon)
+#   rrdtool           package rrdtool      (round-robin time series: the history write benchmark)
 #
 # The packages ship services (nfdump, softflowd, pmacct); they are installed with a policy-rc.d
 # that forbids starting them, so nothing is left running and the install never waits on a daemon.
@@ -33,8 +34,9 @@ declare -A PROBE=(
     [libndpi-bin]="ndpiReader"
     [softflowd]="softflowd"
     [pmacct]="pmacctd"
+    [rrdtool]="rrdtool"
 )
-PKGS=(nfdump libndpi-bin softflowd pmacct)
+PKGS=(nfdump libndpi-bin softflowd pmacct rrdtool)
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]; }
 

@@ -5,9 +5,11 @@
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR]
-//!                    [--only grid,memory,dpi,peers,collect,scaling,attack] [--repeats N]
+//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,history] [--repeats N]
 
 use serde_json::Value;
+
+mod history_bench;
 use sonde_bench::{
     cell, fmt_bytes, fmt_count, fmt_mpps, median_by, pmacct_csv_totals, run_measured, short_count,
     which, Measured, Table,
@@ -20,8 +22,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 7] = [
-    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack",
+const SECTIONS: [&str; 8] = [
+    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "history",
 ];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
@@ -1634,6 +1636,12 @@ fn main() {
             "collect" => collect(&mut b),
             "scaling" => scaling(&mut b),
             "attack" => attack(&mut b),
+            "history" => {
+                b.progress("history: flow history ingest and queries");
+                let text = history_bench::run(b.opts.quick, &b.scratch)
+                    .unwrap_or_else(|e| format!("## 9. Flow history\n\nfailed: {e}\n"));
+                b.emit(&text);
+            }
             _ => unreachable!(),
         }
         b.progress(&format!(

@@ -5,6 +5,40 @@ use crate::codec::Summary;
 use crate::store::{Filter, FlowReader, ScanStats, StoreError};
 use sonde_flow::FlowRecord;
 use std::collections::HashMap;
+use std::hash::{BuildHasherDefault, Hasher};
+
+/// A fast hasher for the aggregation maps (keys are addresses and numbers read from our own
+/// files, and the map is private to one query: no need for SipHash's flood resistance).
+#[derive(Default)]
+struct FoldHasher(u64);
+
+impl Hasher for FoldHasher {
+    fn finish(&self) -> u64 {
+        let x = self.0;
+        (x ^ (x >> 32)).wrapping_mul(0x9E37_79B9_7F4A_7C15) ^ (x >> 29)
+    }
+    fn write(&mut self, bytes: &[u8]) {
+        for c in bytes.chunks(8) {
+            let mut b = [0u8; 8];
+            b[..c.len()].copy_from_slice(c);
+            self.write_u64(u64::from_le_bytes(b));
+        }
+    }
+    fn write_u64(&mut self, v: u64) {
+        self.0 = (self.0.rotate_left(23) ^ v).wrapping_mul(0xFF51_AFD7_ED55_8CCD);
+    }
+    fn write_u8(&mut self, v: u8) {
+        self.write_u64(v as u64);
+    }
+    fn write_u16(&mut self, v: u16) {
+        self.write_u64(v as u64);
+    }
+    fn write_usize(&mut self, v: usize) {
+        self.write_u64(v as u64);
+    }
+}
+
+type FastMap<K, V> = HashMap<K, V, BuildHasherDefault<FoldHasher>>;
 use std::ops::ControlFlow;
 
 /// Flows matching `filter` in storage order (the order they expired), skipping `offset` and
@@ -98,7 +132,7 @@ pub fn top_hosts(
     by: Metric,
     limit: usize,
 ) -> Result<(Vec<(HostId, Totals)>, ScanStats), StoreError> {
-    let mut t: HashMap<HostId, Totals> = HashMap::new();
+    let mut t: FastMap<HostId, Totals> = FastMap::default();
     let stats = reader.scan(filter, |s, _| {
         let k = &s.key;
         for addr in [k.addr_a, k.addr_b] {
@@ -119,7 +153,7 @@ pub fn top_apps(
     by: Metric,
     limit: usize,
 ) -> Result<(Vec<(AppId, Totals)>, ScanStats), StoreError> {
-    let mut t: HashMap<AppId, Totals> = HashMap::new();
+    let mut t: FastMap<AppId, Totals> = FastMap::default();
     let stats = reader.scan(filter, |s, _| {
         t.entry((s.l7_proto, s.l7_app)).or_default().add(s);
         ControlFlow::Continue(())
@@ -127,7 +161,7 @@ pub fn top_apps(
     Ok((ranked(t, by, limit), stats))
 }
 
-fn ranked<K: Ord + Copy>(t: HashMap<K, Totals>, by: Metric, limit: usize) -> Vec<(K, Totals)> {
+fn ranked<K: Ord + Copy>(t: FastMap<K, Totals>, by: Metric, limit: usize) -> Vec<(K, Totals)> {
     let mut v: Vec<(K, Totals)> = t.into_iter().collect();
     // Ties broken by key, so the same data always gives the same list.
     v.sort_unstable_by(|a, b| b.1.get(by).cmp(&a.1.get(by)).then(a.0.cmp(&b.0)));
