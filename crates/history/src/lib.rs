@@ -4,3 +4,4 @@
 pub mod codec;
 pub mod query;
 pub mod store;
+pub mod totals;

@@ -98,21 +98,10 @@ impl Metric {
     }
 }
 
-/// Traffic of one host (or one application) over the queried range.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct Totals {
-    pub bytes: u64,
-    pub packets: u64,
-    pub flows: u64,
-}
+use crate::totals::{merge_sorted, SegmentTotals};
+pub use crate::totals::{AppId, HostId, Totals};
 
 impl Totals {
-    fn add(&mut self, s: &Summary) {
-        self.bytes += s.bytes;
-        self.packets += s.packets;
-        self.flows += 1;
-    }
-
     fn get(&self, m: Metric) -> u64 {
         match m {
             Metric::Bytes => self.bytes,
@@ -122,8 +111,49 @@ impl Totals {
     }
 }
 
-/// A host: its address (IPv4 in the first 4 bytes), IP version and VLAN.
-pub type HostId = ([u8; 16], u8, u16);
+/// Sums per key over the flows that pass `filter`. A closed segment lying wholly inside the
+/// time range (and a filter on time only) is taken from its totals file; the others are
+/// scanned flow by flow. `from_totals` picks the key's list out of a segment's totals,
+/// `keys` the keys a flow adds to.
+fn aggregate<K: Ord + Copy + std::hash::Hash>(
+    reader: &FlowReader,
+    filter: &Filter,
+    from_totals: impl Fn(&SegmentTotals) -> &[(K, Totals)],
+    keys: impl Fn(&Summary, &mut dyn FnMut(K)),
+) -> Result<(Vec<(K, Totals)>, ScanStats), StoreError> {
+    let time_only = filter.host.is_none()
+        && filter.port.is_none()
+        && filter.proto.is_none()
+        && filter.app.is_none();
+    let mut acc: Vec<(K, Totals)> = Vec::new();
+    let mut scanned: FastMap<K, Totals> = FastMap::default();
+    let mut stats = ScanStats::default();
+    let segments = reader.segments();
+    for (i, (_, path)) in segments.iter().enumerate() {
+        let closed = i + 1 < segments.len();
+        if closed && time_only {
+            if let Some(t) = crate::totals::read(path) {
+                if t.none_within(filter) {
+                    continue;
+                }
+                if t.all_within(filter) {
+                    merge_sorted(&mut acc, from_totals(&t));
+                    stats.segments_from_totals += 1;
+                    continue;
+                }
+            }
+        }
+        // (The visitor never stops early.)
+        let _ = reader.scan_segment(i, filter, &mut stats, &mut |s, _| {
+            keys(s, &mut |k| scanned.entry(k).or_default().add_flow(s));
+            ControlFlow::Continue(())
+        })?;
+    }
+    let mut rest: Vec<(K, Totals)> = scanned.into_iter().collect();
+    rest.sort_unstable_by_key(|e| e.0);
+    merge_sorted(&mut acc, &rest);
+    Ok((acc, stats))
+}
 
 /// Hosts by the traffic of the flows they took part in (either end), largest first.
 pub fn top_hosts(
@@ -132,19 +162,18 @@ pub fn top_hosts(
     by: Metric,
     limit: usize,
 ) -> Result<(Vec<(HostId, Totals)>, ScanStats), StoreError> {
-    let mut t: FastMap<HostId, Totals> = FastMap::default();
-    let stats = reader.scan(filter, |s, _| {
-        let k = &s.key;
-        for addr in [k.addr_a, k.addr_b] {
-            t.entry((addr, k.ip_version, k.vlan)).or_default().add(s);
-        }
-        ControlFlow::Continue(())
-    })?;
-    Ok((ranked(t, by, limit), stats))
+    let (all, stats) = aggregate(
+        reader,
+        filter,
+        |t| &t.hosts,
+        |s, add| {
+            let k = &s.key;
+            add((k.addr_a, k.ip_version, k.vlan));
+            add((k.addr_b, k.ip_version, k.vlan));
+        },
+    )?;
+    Ok((ranked(all, by, limit), stats))
 }
-
-/// An application label: nDPI protocol and service numbers.
-pub type AppId = (u16, u16);
 
 /// Applications by traffic, largest first.
 pub fn top_apps(
@@ -153,16 +182,16 @@ pub fn top_apps(
     by: Metric,
     limit: usize,
 ) -> Result<(Vec<(AppId, Totals)>, ScanStats), StoreError> {
-    let mut t: FastMap<AppId, Totals> = FastMap::default();
-    let stats = reader.scan(filter, |s, _| {
-        t.entry((s.l7_proto, s.l7_app)).or_default().add(s);
-        ControlFlow::Continue(())
-    })?;
-    Ok((ranked(t, by, limit), stats))
+    let (all, stats) = aggregate(
+        reader,
+        filter,
+        |t| &t.apps,
+        |s, add| add((s.l7_proto, s.l7_app)),
+    )?;
+    Ok((ranked(all, by, limit), stats))
 }
 
-fn ranked<K: Ord + Copy>(t: FastMap<K, Totals>, by: Metric, limit: usize) -> Vec<(K, Totals)> {
-    let mut v: Vec<(K, Totals)> = t.into_iter().collect();
+fn ranked<K: Ord + Copy>(mut v: Vec<(K, Totals)>, by: Metric, limit: usize) -> Vec<(K, Totals)> {
     // Ties broken by key, so the same data always gives the same list.
     v.sort_unstable_by(|a, b| b.1.get(by).cmp(&a.1.get(by)).then(a.0.cmp(&b.0)));
     v.truncate(limit);

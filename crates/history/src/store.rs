@@ -5,6 +5,8 @@
 //! ```text
 //! DATA_DIR/VERSION                 "sonde-data 1\n"
 //! DATA_DIR/flows/NNNNNNNNNN.sfl    segments, numbered in write order
+//! DATA_DIR/flows/NNNNNNNNNN.sum    per-host and per-application totals of a closed segment
+//!                                  ([`crate::totals`]), written when it closes
 //! ```
 //!
 //! A segment starts with a 16-byte header (`SONDEFLW`, format version u32 LE, 4 reserved bytes)
@@ -203,6 +205,14 @@ fn list_segments(flows_dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
         if name.starts_with('.') {
             continue;
         }
+        // Per-segment totals (and one left half-written by a crash) belong to their segment.
+        let numbered = |suffix: &str| {
+            name.strip_suffix(suffix)
+                .is_some_and(|n| n.len() == 10 && n.bytes().all(|b| b.is_ascii_digit()))
+        };
+        if numbered(".sum") || numbered(".sum.tmp") {
+            continue;
+        }
         let number = name
             .strip_suffix(".sfl")
             .filter(|n| n.len() == 10 && n.bytes().all(|b| b.is_ascii_digit()))
@@ -391,6 +401,10 @@ impl FlowStore {
         for (i, (number, path)) in listed.into_iter().enumerate() {
             let (seg, cut) = scan_segment(number, &path, i == last)?;
             torn += cut;
+            // A closed segment whose totals were not written (a crash right after it closed).
+            if i != last && crate::totals::read(&path).is_none() {
+                crate::totals::write(&path, &crate::totals::build(&path)?)?;
+            }
             segments.push(seg);
         }
         let number = segments.last().map_or(1, |s| s.number);
@@ -497,6 +511,7 @@ impl FlowStore {
     fn rotate(&mut self) -> Result<(), StoreError> {
         let old = self.segments.last().expect("a segment").path.clone();
         self.file.sync_data().map_err(io_err(&old))?;
+        crate::totals::write(&old, &crate::totals::build(&old)?)?;
         let number = self.segments.last().expect("a segment").number + 1;
         let path = segment_path(&self.flows_dir, number);
         self.file = open_segment_for_append(&path)?;
@@ -532,6 +547,7 @@ impl FlowStore {
                 break;
             }
             fs::remove_file(&oldest.path).map_err(io_err(&oldest.path))?;
+            let _ = fs::remove_file(crate::totals::path_for(&oldest.path));
             self.segments.remove(0);
             self.segments_deleted += 1;
         }
@@ -712,6 +728,11 @@ impl Filter {
     }
 }
 
+/// Decodes the full record a [`Summary`] came from.
+pub type FullRecord<'a> = dyn Fn() -> Result<FlowRecord, StoreError> + 'a;
+/// What a scan calls for each flow that passes the filter; Break stops the scan.
+pub type Visitor<'a> = dyn FnMut(&Summary, &FullRecord<'_>) -> ControlFlow<()> + 'a;
+
 /// Read access to a data directory's flow history (of a running or a stopped instance).
 pub struct FlowReader {
     segments: Vec<(u64, PathBuf)>,
@@ -723,6 +744,8 @@ pub struct ScanStats {
     pub blocks_read: u64,
     pub blocks_skipped: u64,
     pub records_examined: u64,
+    /// Segments answered from their totals file instead of being scanned.
+    pub segments_from_totals: u64,
 }
 
 impl FlowReader {
@@ -736,98 +759,131 @@ impl FlowReader {
         Ok(FlowReader { segments })
     }
 
+    /// The segments (number, path), oldest first; the last may be being written.
+    pub fn segments(&self) -> &[(u64, PathBuf)] {
+        &self.segments
+    }
+
     /// Calls `visit` with every summary that passes `filter`, oldest block first, with a way to
     /// decode the full record; `visit` returns Break to stop.
     pub fn scan(
         &self,
         filter: &Filter,
-        mut visit: impl FnMut(&Summary, &dyn Fn() -> Result<FlowRecord, StoreError>) -> ControlFlow<()>,
+        mut visit: impl FnMut(&Summary, &FullRecord<'_>) -> ControlFlow<()>,
     ) -> Result<ScanStats, StoreError> {
         let mut stats = ScanStats::default();
-        let last = self.segments.len().saturating_sub(1);
-        for (i, (_, path)) in self.segments.iter().enumerate() {
-            let newest = i == last;
-            let mut f = match File::open(path) {
-                Ok(f) => f,
-                // Deleted by retention while we were reading: its flows have expired.
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(io_err(path)(e)),
-            };
-            let len = f.metadata().map_err(io_err(path))?.len();
-            if len < SEGMENT_HEADER as u64 && newest {
-                continue;
-            }
-            check_segment_header(&mut f, path)?;
-            let mut offset = SEGMENT_HEADER as u64;
-            loop {
-                let h = match read_block_header(&mut f, offset, len).map_err(io_err(path))? {
-                    Next::End => break,
-                    // The writer's block in progress (or a torn one it will cut off).
-                    Next::Bad { .. } if newest => break,
-                    Next::Bad { offset, why } => {
-                        return Err(StoreError::Corrupt {
-                            path: path.clone(),
-                            offset,
-                            why,
-                        })
-                    }
-                    Next::Block(h) => h,
-                };
-                let mut fixed = [0u8; BLOCK_FIXED + BLOOM_BYTES];
-                f.read_exact(&mut fixed).map_err(io_err(path))?;
-                let head = Block::parse(fixed.to_vec());
-                offset += (BLOCK_PREFIX + h.body_len) as u64;
-                if !filter.block_may_match(&head) {
-                    stats.blocks_skipped += 1;
-                    continue;
-                }
-                let mut body = fixed.to_vec();
-                body.resize(h.body_len, 0);
-                f.read_exact(&mut body[BLOCK_FIXED + BLOOM_BYTES..])
-                    .map_err(io_err(path))?;
-                if crc32fast::hash(&body) != h.crc {
-                    if newest {
-                        break;
-                    }
-                    return Err(StoreError::Corrupt {
-                        path: path.clone(),
-                        offset: h.offset,
-                        why: "checksum mismatch".into(),
-                    });
-                }
-                stats.blocks_read += 1;
-                let block = Block::parse(body);
-                let mut at = 0;
-                let recs = block.records();
-                for _ in 0..block.count {
-                    let (summary, used) =
-                        codec::decode_summary(&recs[at..]).map_err(|e| StoreError::Corrupt {
-                            path: path.clone(),
-                            offset: h.offset,
-                            why: format!("record {at} bytes in: {e}"),
-                        })?;
-                    stats.records_examined += 1;
-                    let rec = &recs[at..at + used];
-                    at += used;
-                    if filter.matches(&summary) {
-                        let full = || {
-                            codec::decode(rec)
-                                .map(|(r, _)| r)
-                                .map_err(|e| StoreError::Corrupt {
-                                    path: path.clone(),
-                                    offset: h.offset,
-                                    why: e.to_string(),
-                                })
-                        };
-                        if visit(&summary, &full).is_break() {
-                            return Ok(stats);
-                        }
-                    }
-                }
+        for i in 0..self.segments.len() {
+            if self
+                .scan_segment(i, filter, &mut stats, &mut visit)?
+                .is_break()
+            {
+                break;
             }
         }
         Ok(stats)
     }
+
+    /// [`FlowReader::scan`] of segment `i` alone.
+    pub fn scan_segment(
+        &self,
+        i: usize,
+        filter: &Filter,
+        stats: &mut ScanStats,
+        visit: &mut Visitor<'_>,
+    ) -> Result<ControlFlow<()>, StoreError> {
+        let newest = i + 1 == self.segments.len();
+        scan_file(&self.segments[i].1, newest, filter, stats, visit)
+    }
+}
+
+/// Scans one segment file; see [`FlowReader::scan`]. `newest`: the file may be being written,
+/// so a bad block at its end is the writer's, not corruption.
+pub(crate) fn scan_file(
+    path: &Path,
+    newest: bool,
+    filter: &Filter,
+    stats: &mut ScanStats,
+    visit: &mut Visitor<'_>,
+) -> Result<ControlFlow<()>, StoreError> {
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        // Deleted by retention while we were reading: its flows have expired.
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(ControlFlow::Continue(())),
+        Err(e) => return Err(io_err(path)(e)),
+    };
+    let len = f.metadata().map_err(io_err(path))?.len();
+    if len < SEGMENT_HEADER as u64 && newest {
+        return Ok(ControlFlow::Continue(()));
+    }
+    check_segment_header(&mut f, path)?;
+    let mut offset = SEGMENT_HEADER as u64;
+    loop {
+        let h = match read_block_header(&mut f, offset, len).map_err(io_err(path))? {
+            Next::End => break,
+            // The writer's block in progress (or a torn one it will cut off).
+            Next::Bad { .. } if newest => break,
+            Next::Bad { offset, why } => {
+                return Err(StoreError::Corrupt {
+                    path: path.to_path_buf(),
+                    offset,
+                    why,
+                })
+            }
+            Next::Block(h) => h,
+        };
+        let mut fixed = [0u8; BLOCK_FIXED + BLOOM_BYTES];
+        f.read_exact(&mut fixed).map_err(io_err(path))?;
+        let head = Block::parse(fixed.to_vec());
+        offset += (BLOCK_PREFIX + h.body_len) as u64;
+        if !filter.block_may_match(&head) {
+            stats.blocks_skipped += 1;
+            continue;
+        }
+        let mut body = fixed.to_vec();
+        body.resize(h.body_len, 0);
+        f.read_exact(&mut body[BLOCK_FIXED + BLOOM_BYTES..])
+            .map_err(io_err(path))?;
+        if crc32fast::hash(&body) != h.crc {
+            if newest {
+                break;
+            }
+            return Err(StoreError::Corrupt {
+                path: path.to_path_buf(),
+                offset: h.offset,
+                why: "checksum mismatch".into(),
+            });
+        }
+        stats.blocks_read += 1;
+        let block = Block::parse(body);
+        let mut at = 0;
+        let recs = block.records();
+        for _ in 0..block.count {
+            let (summary, used) =
+                codec::decode_summary(&recs[at..]).map_err(|e| StoreError::Corrupt {
+                    path: path.to_path_buf(),
+                    offset: h.offset,
+                    why: format!("record {at} bytes in: {e}"),
+                })?;
+            stats.records_examined += 1;
+            let rec = &recs[at..at + used];
+            at += used;
+            if filter.matches(&summary) {
+                let full = || {
+                    codec::decode(rec)
+                        .map(|(r, _)| r)
+                        .map_err(|e| StoreError::Corrupt {
+                            path: path.to_path_buf(),
+                            offset: h.offset,
+                            why: e.to_string(),
+                        })
+                };
+                if visit(&summary, &full).is_break() {
+                    return Ok(ControlFlow::Break(()));
+                }
+            }
+        }
+    }
+    Ok(ControlFlow::Continue(()))
 }
 
 #[cfg(test)]

@@ -273,3 +273,85 @@ fn filters_and_top_lists_agree_with_a_brute_force_count() {
 }
 
 use std::collections::HashMap;
+
+/// Brute-force top hosts by bytes over `recs` that overlap [from, to].
+fn expected_top(recs: &[FlowRecord], from: u64, to: u64, n: usize) -> Vec<([u8; 16], u64)> {
+    let mut by: HashMap<[u8; 16], u64> = HashMap::new();
+    for r in recs {
+        let (f, l) = (r.flow.first_ns / 1_000_000, r.flow.last_ns / 1_000_000);
+        if l >= from && f <= to {
+            for a in [r.flow.key.addr_a, r.flow.key.addr_b] {
+                *by.entry(a).or_default() += r.flow.bytes[0] + r.flow.bytes[1];
+            }
+        }
+    }
+    let mut v: Vec<_> = by.into_iter().collect();
+    v.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(&b.0)));
+    v.truncate(n);
+    v
+}
+
+#[test]
+fn segment_totals_answer_top_lists_exactly() {
+    let dir = tmp("totals");
+    let ret = Retention {
+        segment_bytes: 150_000,
+        max_bytes: 0,
+        max_age_ms: 0,
+    };
+    let mut s = FlowStore::open(&dir, ret).unwrap();
+    let n = 20_000u32;
+    for i in 0..n {
+        s.append(&record(i)).unwrap();
+    }
+    s.checkpoint().unwrap();
+    let segs: Vec<PathBuf> = s.segments().iter().map(|x| x.path.clone()).collect();
+    assert!(segs.len() > 5);
+    drop(s);
+    let recs: Vec<FlowRecord> = (0..n).map(record).collect();
+    let reader = FlowReader::open(&dir).unwrap();
+    let t0 = recs[0].flow.first_ns / 1_000_000;
+    for (from, to) in [
+        (0, u64::MAX),
+        (t0 + 3_333_000, t0 + 15_000_500),
+        (t0 + 19_000_000, u64::MAX),
+    ] {
+        let f = Filter {
+            from_ms: Some(from),
+            to_ms: Some(to),
+            ..Filter::default()
+        };
+        let (top, stats) = query::top_hosts(&reader, &f, query::Metric::Bytes, 5).unwrap();
+        let got: Vec<_> = top.iter().map(|(h, t)| (h.0, t.bytes)).collect();
+        assert_eq!(got, expected_top(&recs, from, to, 5), "{from}..{to}");
+        if from == 0 {
+            assert_eq!(
+                stats.segments_from_totals as usize,
+                segs.len() - 1,
+                "{stats:?}"
+            );
+        }
+        let (apps, _) = query::top_apps(&reader, &f, query::Metric::Flows, 10).unwrap();
+        let want = recs
+            .iter()
+            .filter(|r| r.flow.last_ns / 1_000_000 >= from && r.flow.first_ns / 1_000_000 <= to)
+            .count() as u64;
+        assert_eq!(apps.iter().map(|a| a.1.flows).sum::<u64>(), want);
+    }
+    // A damaged totals file is ignored (the segment is scanned), and one that is missing is
+    // rebuilt when the store is opened for writing.
+    let sum = crate::totals::path_for(&segs[1]);
+    let mut raw = fs::read(&sum).unwrap();
+    let at = raw.len() - 3;
+    raw[at] ^= 1;
+    fs::write(&sum, raw).unwrap();
+    fs::remove_file(crate::totals::path_for(&segs[2])).unwrap();
+    let (top, stats) =
+        query::top_hosts(&reader, &Filter::default(), query::Metric::Bytes, 5).unwrap();
+    let got: Vec<_> = top.iter().map(|(h, t)| (h.0, t.bytes)).collect();
+    assert_eq!(got, expected_top(&recs, 0, u64::MAX, 5));
+    assert_eq!(stats.segments_from_totals as usize, segs.len() - 3);
+    drop(FlowStore::open(&dir, ret).unwrap());
+    assert!(crate::totals::read(&segs[2]).is_some());
+    fs::remove_dir_all(&dir).unwrap();
+}
