@@ -9,6 +9,7 @@
 use crate::flow::{EndReason, Flow, FlowRecord, NO_HOST};
 use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
+use crate::series::{SeriesAcc, SeriesTick};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
 use sonde_dpi::{Dpi, FlowDpi, Meta};
@@ -128,6 +129,8 @@ pub struct EngineConfig {
     pub tick_ns: u64,
     /// Keep the counters of purged hosts for [`Engine::take_purged_hosts`] (a host report).
     pub report_purged_hosts: bool,
+    /// Count traffic per interval for the history's time series ([`Engine::take_series`]).
+    pub series: bool,
 }
 
 impl Default for EngineConfig {
@@ -142,6 +145,7 @@ impl Default for EngineConfig {
             full_policy: FullPolicy::EvictIdle,
             tick_ns: 1_000_000_000,
             report_purged_hosts: false,
+            series: false,
         }
     }
 }
@@ -191,6 +195,8 @@ pub struct Engine {
     dpi_meta: Vec<Option<Box<Meta>>>,
     /// Exporters of collected flows (index + 1 is `Flow::exporter`), at most u16::MAX - 1.
     exporters: Vec<(std::net::SocketAddr, u32)>,
+    /// Traffic of the current interval per series (with `EngineConfig::series`).
+    series: Option<Box<SeriesAcc>>,
 }
 
 struct Arena {
@@ -218,6 +224,7 @@ impl Engine {
             free: Vec::new(),
             live_flows: 0,
             hosts: HostTable::new(cfg.max_hosts.max(1)),
+            series: cfg.series.then(Box::default),
             stats: ShardStats::default(),
             expired: Vec::new(),
             purged_hosts: Vec::new(),
@@ -576,14 +583,20 @@ impl Engine {
         self.index.insert_at(pos, tag, slot);
         self.live_flows += 1;
         self.stats.flows_created += 1;
+        if let Some(s) = self.series.as_deref_mut() {
+            s.on_create(&self.flows[slot as usize], NO_HOST);
+        }
         slot
     }
 
     /// Adds a flow's not-yet-flushed counts to its hosts.
     #[inline]
-    fn flush_to_hosts(hosts: &mut HostTable, f: &mut Flow) {
+    fn flush_to_hosts(hosts: &mut HostTable, series: Option<&mut SeriesAcc>, f: &mut Flow) {
         if f.pending_pkts == [0, 0] {
             return;
+        }
+        if let Some(s) = series {
+            s.on_flush(f, NO_HOST);
         }
         let [ha, hb] = f.hosts;
         if ha != NO_HOST {
@@ -608,7 +621,7 @@ impl Engine {
 
     fn remove(&mut self, slot: u32, reason: EndReason) {
         let f = &mut self.flows[slot as usize];
-        Self::flush_to_hosts(&mut self.hosts, f);
+        Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
         for h in f.hosts {
             if h != NO_HOST {
                 let host = self.hosts.get_mut(h);
@@ -616,6 +629,9 @@ impl Engine {
             }
         }
         f.live = false;
+        if let Some(s) = self.series.as_deref_mut() {
+            s.on_end(f);
+        }
         let key = f.key;
         let meta = self.dpi_end(slot);
         let record = FlowRecord {
@@ -661,7 +677,7 @@ impl Engine {
             if !f.live {
                 continue;
             }
-            Self::flush_to_hosts(&mut self.hosts, f);
+            Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
             let idle = now.saturating_sub(f.last_ns);
             let closed = f.tcp_state == crate::flow::TcpState::Closed;
             if closed && idle >= cfg.tcp_end_timeout_ns {
@@ -691,6 +707,11 @@ impl Engine {
                 f.record_start_ns = now;
                 f.first_ns = now;
             }
+        }
+        // The interval that ends now started a tick ago (before the first tick: nothing yet).
+        if let Some(s) = self.series.as_deref_mut() {
+            let start = self.next_tick_ns.saturating_sub(cfg.tick_ns) / 1_000_000_000;
+            s.close(start, &self.hosts);
         }
         self.ticks += 1;
         if self.ticks.is_multiple_of(HOST_PURGE_EVERY_TICKS) {
@@ -818,13 +839,30 @@ impl Engine {
     /// The host table, after bringing host counters up to date.
     pub fn hosts(&mut self) -> &HostTable {
         for f in self.flows.iter_mut().filter(|f| f.live) {
-            Self::flush_to_hosts(&mut self.hosts, f);
+            Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
         }
         &self.hosts
     }
 
     pub fn now_ns(&self) -> u64 {
         self.now_ns
+    }
+
+    /// Time-series rows of the intervals closed since the last call (empty with series off).
+    pub fn take_series(&mut self) -> Vec<SeriesTick> {
+        self.series
+            .as_deref_mut()
+            .map(SeriesAcc::take_ready)
+            .unwrap_or_default()
+    }
+
+    /// Closes the current, partial interval (at the end of a capture, after the last flows
+    /// were emitted), so its rows are in the next [`Engine::take_series`].
+    pub fn close_series(&mut self) {
+        let start = self.next_tick_ns.saturating_sub(self.cfg.tick_ns) / 1_000_000_000;
+        if let Some(s) = self.series.as_deref_mut() {
+            s.close(start, &self.hosts);
+        }
     }
 }
 

@@ -15,6 +15,7 @@ pub mod engine;
 pub mod flow;
 pub mod host;
 pub mod key;
+pub mod series;
 pub mod stats;
 pub mod table;
 
@@ -24,4 +25,5 @@ pub use engine::{
 pub use flow::{EndReason, Flow, FlowRecord};
 pub use host::{Host, HostTable};
 pub use key::FlowKey;
+pub use series::{AppKey, IntervalCounts, SeriesTick};
 pub use stats::{DropReason, ShardStats};

@@ -1,4 +1,5 @@
 use super::*;
+use crate::series::IntervalCounts;
 
 /// An Ethernet/IPv4/UDP frame from 10.0.x.y to 10.1.x.y.
 fn frame(src: u16, dst: u16, sport: u16, dport: u16, payload: usize) -> Vec<u8> {
@@ -358,4 +359,63 @@ fn dpi_same_with_copied_and_in_place_payloads() {
         ]
     );
     assert_eq!(results[0], results[1]);
+}
+
+#[test]
+fn series_rows_add_up_to_the_engine_counters() {
+    let mut e = Engine::new(EngineConfig {
+        series: true,
+        idle_timeout_ns: 3 * S,
+        ..EngineConfig::default()
+    });
+    let t0 = 1_700_000_000 * S;
+    let mut frames = Vec::new();
+    // 12 seconds of traffic between 40 hosts, some flows idling out on the way.
+    for i in 0..1200u64 {
+        let src = (i % 20) as u16;
+        let dst = 100 + (i % 7) as u16;
+        frames.push((
+            t0 + i * S / 100,
+            frame(src, dst, 4000 + (i % 13) as u16, 53, (i % 90) as usize),
+        ));
+    }
+    run(&mut e, &frames);
+    e.flush_all(EndReason::EndOfCapture);
+    e.close_series();
+    let ticks = e.take_series();
+    let st = e.stats();
+    // One row per second of traffic, in order, at the packets' seconds.
+    let seconds: Vec<u64> = ticks.iter().map(|t| t.second).collect();
+    assert_eq!(seconds, (1_700_000_000..1_700_000_012).collect::<Vec<_>>());
+    let mut iface = IntervalCounts::default();
+    let mut apps = IntervalCounts::default();
+    let mut per_host: std::collections::HashMap<HostKey, IntervalCounts> = Default::default();
+    for t in &ticks {
+        iface.add(&t.interface);
+        for (_, c) in &t.apps {
+            apps.add(c);
+        }
+        for (k, c) in &t.hosts {
+            per_host.entry(*k).or_default().add(c);
+        }
+    }
+    assert_eq!(iface.bytes_in + iface.bytes_out, st.ip_bytes);
+    assert_eq!(iface.packets_in + iface.packets_out, st.ip_packets);
+    assert_eq!(iface.flows, st.flows_created);
+    assert_eq!(apps.bytes_in + apps.bytes_out, st.ip_bytes);
+    assert_eq!(apps.flows, st.flows_created, "every flow ended");
+    let hosts: Vec<Host> = e.hosts().iter().copied().collect();
+    assert_eq!(per_host.len(), hosts.len());
+    for h in &hosts {
+        let c = per_host[&h.key];
+        assert_eq!((c.bytes_out, c.bytes_in), (h.sent_bytes, h.rcvd_bytes));
+        assert_eq!((c.packets_out, c.packets_in), (h.sent_pkts, h.rcvd_pkts));
+        assert_eq!(c.flows, (h.flows_as_client + h.flows_as_server) as u64);
+    }
+    // Off by default: nothing is kept.
+    let mut off = Engine::new(EngineConfig::default());
+    run(&mut off, &frames[..10]);
+    off.flush_all(EndReason::EndOfCapture);
+    off.close_series();
+    assert!(off.take_series().is_empty());
 }

@@ -1,0 +1,150 @@
+//! Traffic per interval (one tick, a second) of the interface, each application and each host:
+//! the rows of the history's time series.
+//!
+//! Every count a flow passes to its hosts ([`crate::Engine`]'s `flush_to_hosts`, at each tick,
+//! when a flow ends and before a snapshot) also goes here, so the rows of a run add up exactly
+//! to the engine's counters. Directions: for a host, `in` is what it received and `out` what it
+//! sent; for the interface and an application, `out` is client → server and `in` the reverse.
+//! `flows`: flows that started in the interval (interface, hosts) or ended in it (applications,
+//! whose label is only final then).
+
+use crate::flow::Flow;
+use crate::host::{HostKey, HostTable};
+use std::collections::HashMap;
+
+/// What one series did during one interval.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct IntervalCounts {
+    pub bytes_in: u64,
+    pub bytes_out: u64,
+    pub packets_in: u64,
+    pub packets_out: u64,
+    pub flows: u64,
+}
+
+impl IntervalCounts {
+    pub fn is_zero(&self) -> bool {
+        *self == IntervalCounts::default()
+    }
+
+    pub fn add(&mut self, o: &IntervalCounts) {
+        self.bytes_in += o.bytes_in;
+        self.bytes_out += o.bytes_out;
+        self.packets_in += o.packets_in;
+        self.packets_out += o.packets_out;
+        self.flows += o.flows;
+    }
+}
+
+/// An application label as nDPI numbers: (protocol, service).
+pub type AppKey = (u16, u16);
+
+/// The rows of one interval of one shard; only series with traffic are listed.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesTick {
+    /// Start of the interval, Unix seconds (packet time).
+    pub second: u64,
+    pub interface: IntervalCounts,
+    pub apps: Vec<(AppKey, IntervalCounts)>,
+    pub hosts: Vec<(HostKey, IntervalCounts)>,
+}
+
+/// The current interval's counts, kept by an engine with series on.
+#[derive(Default)]
+pub(crate) struct SeriesAcc {
+    /// By host slot; `dirty` lists the slots with counts.
+    host: Vec<IntervalCounts>,
+    dirty: Vec<u32>,
+    interface: IntervalCounts,
+    apps: HashMap<AppKey, IntervalCounts>,
+    ready: Vec<SeriesTick>,
+}
+
+fn app_key(f: &Flow) -> AppKey {
+    if f.dpi_done {
+        (f.l7.proto.0, f.l7.app.0)
+    } else {
+        (0, 0)
+    }
+}
+
+impl SeriesAcc {
+    fn host(&mut self, slot: u32) -> &mut IntervalCounts {
+        let i = slot as usize;
+        if i >= self.host.len() {
+            self.host.resize(i + 1, IntervalCounts::default());
+        }
+        if self.host[i].is_zero() {
+            self.dirty.push(slot);
+        }
+        &mut self.host[i]
+    }
+
+    /// A flow's pending counts, as they go to its hosts.
+    pub(crate) fn on_flush(&mut self, f: &Flow, no_host: u32) {
+        let pk = [f.pending_pkts[0] as u64, f.pending_pkts[1] as u64];
+        let by = f.pending_bytes;
+        for (side, &slot) in f.hosts.iter().enumerate() {
+            if slot == no_host {
+                continue;
+            }
+            let (o, i) = (side, 1 - side);
+            let h = self.host(slot);
+            h.bytes_out += by[o];
+            h.packets_out += pk[o];
+            h.bytes_in += by[i];
+            h.packets_in += pk[i];
+        }
+        let (c, s) = (f.client_dir(), 1 - f.client_dir());
+        let add = |t: &mut IntervalCounts| {
+            t.bytes_out += by[c];
+            t.packets_out += pk[c];
+            t.bytes_in += by[s];
+            t.packets_in += pk[s];
+        };
+        add(&mut self.interface);
+        add(self.apps.entry(app_key(f)).or_default());
+    }
+
+    /// A new flow (its hosts are set).
+    pub(crate) fn on_create(&mut self, f: &Flow, no_host: u32) {
+        self.interface.flows += 1;
+        for &slot in &f.hosts {
+            if slot != no_host {
+                self.host(slot).flows += 1;
+            }
+        }
+    }
+
+    /// A flow that ended (after its last flush).
+    pub(crate) fn on_end(&mut self, f: &Flow) {
+        self.apps.entry(app_key(f)).or_default().flows += 1;
+    }
+
+    /// Closes the interval that started at `second`: its rows become ready (when there was
+    /// any traffic) and the counts start again.
+    pub(crate) fn close(&mut self, second: u64, hosts: &HostTable) {
+        let mut tick = SeriesTick {
+            second,
+            interface: std::mem::take(&mut self.interface),
+            ..SeriesTick::default()
+        };
+        tick.apps = self.apps.drain().filter(|(_, c)| !c.is_zero()).collect();
+        tick.apps.sort_unstable_by_key(|e| e.0);
+        tick.hosts.reserve(self.dirty.len());
+        for slot in self.dirty.drain(..) {
+            let c = std::mem::take(&mut self.host[slot as usize]);
+            if let Some(h) = hosts.get(slot) {
+                tick.hosts.push((h.key, c));
+            }
+        }
+        let empty = tick.interface.is_zero() && tick.apps.is_empty() && tick.hosts.is_empty();
+        if !empty {
+            self.ready.push(tick);
+        }
+    }
+
+    pub(crate) fn take_ready(&mut self) -> Vec<SeriesTick> {
+        std::mem::take(&mut self.ready)
+    }
+}
