@@ -5,11 +5,12 @@
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR]
-//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,history] [--repeats N]
+//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history] [--repeats N]
 
 use serde_json::Value;
 
 mod history_bench;
+mod series_bench;
 use sonde_bench::{
     cell, fmt_bytes, fmt_count, fmt_mpps, median_by, pmacct_csv_totals, run_measured, short_count,
     which, Measured, Table,
@@ -22,8 +23,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 8] = [
-    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "history",
+const SECTIONS: [&str; 9] = [
+    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "series", "history",
 ];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
@@ -1636,6 +1637,13 @@ fn main() {
             "collect" => collect(&mut b),
             "scaling" => scaling(&mut b),
             "attack" => attack(&mut b),
+            "series" => {
+                b.progress("series: time series writes, sonde and rrdtool");
+                let text = series_bench::run(b.opts.quick, &b.scratch).unwrap_or_else(|e| {
+                    format!("## 8. Time series writes against rrdtool\n\nfailed: {e}\n")
+                });
+                b.emit(&text);
+            }
             "history" => {
                 b.progress("history: flow history ingest and queries");
                 let text = history_bench::run(b.opts.quick, &b.scratch)

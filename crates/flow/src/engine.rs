@@ -856,6 +856,12 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// The newest interval (second) whose rows were closed, with or without traffic: a
+    /// merger of several shards' rows knows this shard has nothing more for it.
+    pub fn series_closed_through(&self) -> Option<u64> {
+        self.series.as_deref().and_then(|s| s.closed_through)
+    }
+
     /// Closes the current, partial interval (at the end of a capture, after the last flows
     /// were emitted), so its rows are in the next [`Engine::take_series`].
     pub fn close_series(&mut self) {

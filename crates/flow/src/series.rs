@@ -58,6 +58,8 @@ pub(crate) struct SeriesAcc {
     interface: IntervalCounts,
     apps: HashMap<AppKey, IntervalCounts>,
     ready: Vec<SeriesTick>,
+    /// The newest interval closed (with or without traffic).
+    pub(crate) closed_through: Option<u64>,
 }
 
 fn app_key(f: &Flow) -> AppKey {
@@ -124,6 +126,7 @@ impl SeriesAcc {
     /// Closes the interval that started at `second`: its rows become ready (when there was
     /// any traffic) and the counts start again.
     pub(crate) fn close(&mut self, second: u64, hosts: &HostTable) {
+        self.closed_through = Some(self.closed_through.map_or(second, |c| c.max(second)));
         let mut tick = SeriesTick {
             second,
             interface: std::mem::take(&mut self.interface),

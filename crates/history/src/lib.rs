@@ -3,5 +3,6 @@
 
 pub mod codec;
 pub mod query;
+pub mod series;
 pub mod store;
 pub mod totals;

@@ -108,8 +108,8 @@ impl fmt::Display for StoreError {
             ),
             StoreError::Corrupt { path, offset, why } => write!(
                 f,
-                "{}: corrupted block at byte {offset} ({why}); the flows before it are \
-                 readable: move the file aside to keep them and go on without it",
+                "{}: corrupted data at byte {offset} ({why}); what comes before it is \
+                 readable: move the file aside to keep it and go on without it",
                 path.display()
             ),
         }

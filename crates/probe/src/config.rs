@@ -42,6 +42,8 @@ pub struct ProbeConfig {
     /// More flow sinks (exporters, publishers), each built when the probe starts so a bad
     /// destination is reported before any packet is read.
     pub extra_sinks: Vec<SinkFactory>,
+    /// Time series of the interface, applications and hosts, written to this data directory.
+    pub series: Option<(PathBuf, sonde_history::series::Config)>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -61,6 +63,7 @@ impl ProbeConfig {
             hosts_out: None,
             dpi: Some(DpiConfig::default()),
             extra_sinks: Vec::new(),
+            series: None,
         }
     }
 }

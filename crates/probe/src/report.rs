@@ -162,6 +162,12 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "messages": r.messages,
             "dropped": r.dropped,
         })).collect::<Vec<_>>(),
+        "series": s.series.as_ref().map(|r| serde_json::json!({
+            "dir": r.dir.display().to_string(),
+            "seconds": r.seconds,
+            "refused_seconds": r.refused_seconds,
+            "refused_keys": r.refused_keys,
+        })),
         "table_memory_bytes": t.table_memory,
         "elapsed_s": elapsed,
         "cpu_s": cpu_s,

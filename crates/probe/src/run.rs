@@ -59,6 +59,8 @@ pub struct Summary {
     pub flows_written: u64,
     /// What each flow sink delivered (the flows file first, when there is one).
     pub sinks: Vec<SinkReport>,
+    /// What the time series writer did (with a data directory).
+    pub series: Option<crate::series_sink::SeriesReport>,
     /// NetFlow/IPFIX/sFlow exporters seen, with their statistics (records, templates, lost
     /// records by sequence gaps, parse errors).
     pub exporters: collect::ExporterReport,
@@ -85,6 +87,7 @@ pub struct Probe {
     reader: Option<JoinHandle<ShardStats>>,
     sink: Option<JoinHandle<SinkResult>>,
     host_sink: Option<HostSink>,
+    series: Option<JoinHandle<Result<crate::series_sink::SeriesReport, String>>>,
     /// Collector threads (they stop with the stop flag; shards end when all of them have).
     receivers: Vec<JoinHandle<collect::ExporterReport>>,
     collector_counters: Arc<CollectorCounters>,
@@ -240,8 +243,17 @@ impl Probe {
             (Some(r), true) => r.records,
             _ => 0,
         };
+        let series = match self.series.take() {
+            Some(h) => Some(
+                h.join()
+                    .expect("series thread panicked")
+                    .map_err(ProbeError::Config)?,
+            ),
+            None => None,
+        };
         let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Summary {
+            series,
             total,
             shards,
             distinct_hosts,
@@ -390,8 +402,15 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         }
         None => None,
     };
+    let series = match &cfg.series {
+        Some((dir, config)) => {
+            Some(crate::series_sink::start(dir, *config, threads).map_err(ProbeError::Config)?)
+        }
+        None => None,
+    };
     let per_shard = EngineConfig {
         report_purged_hosts: host_sink.is_some(),
+        series: series.is_some(),
         ..per_shard
     };
 
@@ -418,6 +437,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
+            series: series.as_ref().map(|(tx, _)| (ctxs.len(), tx.clone())),
+            series_told: None,
             host_output: if cfg.hosts_out.is_some() {
                 shard::HostOutput::Full
             } else if threads > 1 {
@@ -428,6 +449,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         });
     }
     drop(sink_tx);
+    // The shards hold the series senders now: the writer ends when the last shard does.
+    let series = series.map(|(_, h)| h);
 
     let spawn = |name: String,
                  f: Box<dyn FnOnce() -> ShardOutput + Send>|
@@ -598,6 +621,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         reader,
         sink,
         host_sink,
+        series,
         receivers,
         collector_counters,
         has_flows_file: cfg.flows_out.is_some(),

@@ -67,6 +67,10 @@ pub(crate) struct ShardCtx {
     pub stop: Arc<AtomicBool>,
     pub records: Vec<FlowRecord>,
     pub host_output: HostOutput,
+    /// This shard's index and the time series writer's channel (with a data directory).
+    pub series: Option<(usize, Sender<crate::series_sink::SeriesMsg>)>,
+    /// The newest closed second already told to the series writer.
+    pub series_told: Option<u64>,
 }
 
 impl ShardCtx {
@@ -87,7 +91,32 @@ impl ShardCtx {
         }
     }
 
+    /// Hands the closed seconds' rows to the time series writer; `last` at the end.
+    fn send_series(&mut self, last: bool) {
+        let Some((shard, tx)) = &self.series else {
+            return;
+        };
+        let ticks = self.engine.take_series();
+        let closed_through = self.engine.series_closed_through();
+        if !last && ticks.is_empty() && closed_through == self.series_told {
+            return; // nothing new since the last message
+        }
+        self.series_told = closed_through;
+        let msg = crate::series_sink::SeriesMsg {
+            shard: *shard,
+            closed_through,
+            ticks,
+            last,
+        };
+        if tx.send(msg).is_err() {
+            self.series = None;
+        }
+    }
+
     fn drain(&mut self) {
+        if self.series.is_some() {
+            self.send_series(false);
+        }
         if let Some(tx) = &self.host_sink {
             let purged = self.engine.take_purged_hosts();
             if !purged.is_empty() && tx.send(purged).is_err() {
@@ -116,6 +145,9 @@ impl ShardCtx {
             self.housekeeping();
         }
         self.housekeeping();
+        self.engine.close_series();
+        self.send_series(true);
+        self.series = None;
         let hosts = match self.host_output {
             HostOutput::Full => self.engine.hosts().iter().copied().collect(),
             HostOutput::Keys => self

@@ -80,8 +80,9 @@ struct Cli {
     /// every remaining host, merged across shards, at the end.
     #[arg(long, value_name = "FILE")]
     hosts_out: Option<PathBuf>,
-    /// Keep every expired flow in the flow history of DIR (made durable every second; query it
-    /// with 'sonde query --data-dir DIR flows|hosts|apps').
+    /// Keep history in DIR: every expired flow, and per-second time series of the traffic, each
+    /// application and each host (made durable every second; query them with
+    /// 'sonde query --data-dir DIR flows|hosts|apps|series').
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Flow history retention: delete flows older than this many days (0: no age limit).
@@ -311,6 +312,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             max_bytes: (cli.history_max_size * (1u64 << 30) as f64) as u64,
             ..Default::default()
         };
+        cfg.series = Some((dir.clone(), sonde_history::series::Config::default()));
         cfg.extra_sinks.push(std::sync::Arc::new(move || {
             HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
         }));

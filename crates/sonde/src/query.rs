@@ -29,6 +29,40 @@ enum What {
     Hosts(Ranked),
     /// Applications by traffic in the range.
     Apps(Ranked),
+    /// A time series: the interface's ("total"), a host's or an application's traffic per
+    /// interval, with gaps where nothing was recorded.
+    Series(SeriesArgs),
+}
+
+#[derive(Parser, Debug)]
+struct SeriesArgs {
+    #[arg(long, value_enum, default_value_t = FamilyArg::Interface)]
+    family: FamilyArg,
+    /// The series: "total" for the interface, an address (with @VLAN) for a host, a label
+    /// (TLS.Google, DNS, Unknown) for an application.
+    #[arg(long, default_value = "total")]
+    key: String,
+    /// List the family's series keys instead.
+    #[arg(long)]
+    list: bool,
+    /// Default: the last hour of what was recorded.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// 1s, 1m, 1h, 1d, or auto (the finest that still holds --from).
+    #[arg(long, default_value = "auto")]
+    resolution: String,
+    #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+    format: OutFormat,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum FamilyArg {
+    Interface,
+    Hosts,
+    Apps,
+    Exporters,
 }
 
 #[derive(Parser, Debug)]
@@ -102,6 +136,12 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             );
         }
     };
+    if let What::Series(a) = &cli.what {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        series(&cli.data_dir, a, &mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
     let reader = FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -162,8 +202,111 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             });
             ranked_out(&mut out, r.common.format, "APPLICATION", rows.collect())?;
         }
+        What::Series(_) => unreachable!("handled above"),
     }
     out.flush()?;
+    Ok(())
+}
+
+fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result<()> {
+    use sonde_history::series::{Family, Resolution, SeriesReader};
+    let family = match a.family {
+        FamilyArg::Interface => Family::Interface,
+        FamilyArg::Hosts => Family::Hosts,
+        FamilyArg::Apps => Family::Apps,
+        FamilyArg::Exporters => Family::Exporters,
+    };
+    let mut r = SeriesReader::open(dir).map_err(anyhow::Error::msg)?;
+    if a.list {
+        for k in r.keys(family).map_err(anyhow::Error::msg)? {
+            writeln!(out, "{}", printable(&k))?;
+        }
+        return Ok(());
+    }
+    let Some(newest) = r.committed().map_err(anyhow::Error::msg)? else {
+        bail!("{}: no time series recorded yet", dir.display());
+    };
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let time = |t: &Option<String>, flag: &str| -> Result<Option<u64>> {
+        t.as_deref()
+            .map(|t| {
+                parse_time(t, now_ms)
+                    .map(|ms| ms / 1000)
+                    .with_context(|| format!("{flag} '{t}'"))
+            })
+            .transpose()
+    };
+    let to = time(&a.to, "--to")?.unwrap_or(newest + 1);
+    let from = time(&a.from, "--from")?.unwrap_or(to.saturating_sub(3600));
+    if from >= to {
+        bail!("--from must be before --to");
+    }
+    let (res, points) = match a.resolution.as_str() {
+        "auto" => r.read_auto(family, &a.key, from, to),
+        name => {
+            let res = Resolution::ALL
+                .into_iter()
+                .find(|r| r.name() == name)
+                .ok_or_else(|| {
+                    anyhow::anyhow!("--resolution '{name}': use 1s, 1m, 1h, 1d or auto")
+                })?;
+            r.read(family, &a.key, res, from, to).map(|p| (res, p))
+        }
+    }
+    .map_err(anyhow::Error::msg)?;
+    const NAMES: [&str; 5] = [
+        "BYTES_IN",
+        "BYTES_OUT",
+        "PACKETS_IN",
+        "PACKETS_OUT",
+        "FLOWS",
+    ];
+    match a.format {
+        OutFormat::Table => {
+            writeln!(
+                out,
+                "{:<24}  {:>14}  {:>14}  {:>12}  {:>12}  {:>8}",
+                "TIME", NAMES[0], NAMES[1], NAMES[2], NAMES[3], NAMES[4]
+            )?;
+            for p in &points {
+                let t = format_time(p.t * 1000);
+                match &p.sample {
+                    None => writeln!(out, "{t:<24}  {:>14}", "-")?,
+                    Some(s) => {
+                        let v = s.sum.to_array();
+                        writeln!(
+                            out,
+                            "{t:<24}  {:>14}  {:>14}  {:>12}  {:>12}  {:>8}",
+                            v[0], v[1], v[2], v[3], v[4]
+                        )?
+                    }
+                }
+            }
+        }
+        OutFormat::Jsonl => {
+            for p in &points {
+                let mut line = format!("{{\"TIME\":{},\"RESOLUTION\":\"{}\"", p.t, res.name());
+                match &p.sample {
+                    None => line.push_str(",\"GAP\":true"),
+                    Some(s) => {
+                        for (prefix, m) in [("", &s.sum), ("MIN_", &s.min), ("MAX_", &s.max)] {
+                            if !prefix.is_empty() && res == Resolution::Second {
+                                continue;
+                            }
+                            for (n, v) in NAMES.iter().zip(m.to_array()) {
+                                line.push_str(&format!(",\"{prefix}{n}\":{v}"));
+                            }
+                        }
+                        line.push_str(&format!(",\"SECONDS\":{}", s.seconds));
+                    }
+                }
+                line.push('}');
+                writeln!(out, "{line}")?;
+            }
+        }
+    }
     Ok(())
 }
 

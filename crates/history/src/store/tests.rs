@@ -123,7 +123,7 @@ fn a_corrupted_block_in_an_older_segment_is_an_error_naming_it() {
     let err = query::flows(&reader, &Filter::default(), 0, usize::MAX).unwrap_err();
     let msg = err.to_string();
     assert!(msg.contains(&*first.to_string_lossy()), "{msg}");
-    assert!(msg.contains("corrupted block"), "{msg}");
+    assert!(msg.contains("corrupted data"), "{msg}");
     fs::remove_dir_all(&dir).unwrap();
 }
 

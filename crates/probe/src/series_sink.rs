@@ -1,0 +1,186 @@
+//! `--data-dir`: the time series. Shards hand over their per-second rows
+//! ([`sonde_flow::SeriesTick`]); one thread adds up the shards' rows of each second and writes
+//! them, in order, with [`sonde_history::series::SeriesWriter`], checkpointing about once a
+//! second.
+//!
+//! A second is written once every shard has closed it (each shard says how far it has closed,
+//! with or without traffic). A shard that falls far behind does not hold rows in memory for
+//! ever: past [`MAX_PENDING_SECONDS`] the oldest second is written anyway, and what the late
+//! shard sends for it afterwards is counted as refused.
+
+use crossbeam_channel::{Receiver, Sender};
+use sonde_flow::{IntervalCounts, SeriesTick};
+use sonde_history::series::{Config, Family, Metrics, SeriesWriter, INTERFACE_TOTAL};
+use std::collections::{BTreeMap, HashMap};
+use std::path::{Path, PathBuf};
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+/// Seconds kept waiting for a slow shard before they are written without it.
+pub const MAX_PENDING_SECONDS: usize = 30;
+
+/// What a shard sends: its index, the newest second it has closed, and its rows.
+pub(crate) struct SeriesMsg {
+    pub shard: usize,
+    pub closed_through: Option<u64>,
+    pub ticks: Vec<SeriesTick>,
+    /// The shard is done (end of input or stop): it holds nothing back any more.
+    pub last: bool,
+}
+
+/// What the series thread did, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct SeriesReport {
+    pub dir: PathBuf,
+    /// Seconds written.
+    pub seconds: u64,
+    /// Rows of seconds that could not be written: not after the newest second already stored
+    /// (a capture older than what the directory holds) or arriving after their second was.
+    pub refused_seconds: u64,
+    /// Series keys refused (too long, or over the per-family cap).
+    pub refused_keys: u64,
+}
+
+#[derive(Default)]
+struct Second {
+    interface: IntervalCounts,
+    apps: HashMap<(u16, u16), IntervalCounts>,
+    hosts: HashMap<sonde_flow::host::HostKey, IntervalCounts>,
+}
+
+fn metrics(c: &IntervalCounts) -> Metrics {
+    Metrics {
+        bytes_in: c.bytes_in,
+        bytes_out: c.bytes_out,
+        packets_in: c.packets_in,
+        packets_out: c.packets_out,
+        flows: c.flows,
+    }
+}
+
+/// A host's series key: its address, and `@VLAN` when it has one.
+pub fn host_key(k: &sonde_flow::host::HostKey) -> String {
+    let mut s = String::new();
+    sonde_export::format_addr(&mut s, &k.addr, k.ip_version);
+    if k.vlan != 0 {
+        s.push('@');
+        s.push_str(&k.vlan.to_string());
+    }
+    s
+}
+
+/// An application's series key: its label as in `L7_PROTO_NAME` (`TLS.Google`, `Unknown`).
+pub fn app_key((proto, app): (u16, u16)) -> String {
+    sonde_dpi::L7 {
+        proto: sonde_dpi::Proto(proto),
+        app: sonde_dpi::Proto(app),
+        ..sonde_dpi::L7::default()
+    }
+    .name()
+}
+
+/// The writer thread: its report, or why it stopped.
+type SeriesThread = JoinHandle<Result<SeriesReport, String>>;
+
+/// Opens the series of `dir` (so a bad directory is reported before anything runs) and starts
+/// the thread that writes them; `shards` senders are expected.
+pub(crate) fn start(
+    dir: &Path,
+    config: Config,
+    shards: usize,
+) -> Result<(Sender<SeriesMsg>, SeriesThread), String> {
+    let writer = SeriesWriter::open(dir, config)
+        .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+    let (tx, rx) = crossbeam_channel::bounded::<SeriesMsg>(256);
+    let dir = dir.to_path_buf();
+    let h = std::thread::Builder::new()
+        .name("series".into())
+        .spawn(move || run(writer, rx, shards, dir))
+        .map_err(|e| format!("cannot start the time series thread: {e}"))?;
+    Ok((tx, h))
+}
+
+fn run(
+    mut w: SeriesWriter,
+    rx: Receiver<SeriesMsg>,
+    shards: usize,
+    dir: PathBuf,
+) -> Result<SeriesReport, String> {
+    let err = |e: sonde_history::store::StoreError| format!("time series: {e}");
+    let mut pending: BTreeMap<u64, Second> = BTreeMap::new();
+    let mut closed: Vec<Option<u64>> = vec![None; shards];
+    let mut done = vec![false; shards];
+    let mut written_through: Option<u64> = None;
+    let mut report = SeriesReport {
+        dir,
+        ..SeriesReport::default()
+    };
+    let mut last_checkpoint = Instant::now();
+    loop {
+        let msg = rx.recv_timeout(Duration::from_secs(1));
+        let finished = match msg {
+            Ok(m) => {
+                for t in m.ticks {
+                    if written_through.is_some_and(|w| t.second <= w) {
+                        report.refused_seconds += 1;
+                        continue;
+                    }
+                    let s = pending.entry(t.second).or_default();
+                    s.interface.add(&t.interface);
+                    for (k, c) in &t.apps {
+                        s.apps.entry(*k).or_default().add(c);
+                    }
+                    for (k, c) in &t.hosts {
+                        s.hosts.entry(*k).or_default().add(c);
+                    }
+                }
+                if m.shard < shards {
+                    closed[m.shard] = m.closed_through.or(closed[m.shard]);
+                    done[m.shard] |= m.last;
+                }
+                false
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => false,
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => true,
+        };
+        // Every shard still running has closed up to here.
+        let watermark = (0..shards)
+            .filter(|&i| !done[i])
+            .map(|i| closed[i])
+            .min()
+            .unwrap_or(Some(u64::MAX));
+        while let Some((&second, _)) = pending.iter().next() {
+            let ready = finished
+                || watermark.is_some_and(|w| second <= w)
+                || pending.len() > MAX_PENDING_SECONDS;
+            if !ready {
+                break;
+            }
+            let s = pending.remove(&second).expect("present");
+            if w.begin(second) {
+                w.set(Family::Interface, INTERFACE_TOTAL, metrics(&s.interface));
+                for (k, c) in &s.apps {
+                    w.set(Family::Apps, &app_key(*k), metrics(c));
+                }
+                for (k, c) in &s.hosts {
+                    w.set(Family::Hosts, &host_key(k), metrics(c));
+                }
+                w.commit().map_err(err)?;
+                report.seconds += 1;
+            } else {
+                report.refused_seconds += 1;
+            }
+            written_through = Some(second);
+        }
+        if finished {
+            break;
+        }
+        if last_checkpoint.elapsed() >= Duration::from_secs(1) {
+            w.checkpoint().map_err(err)?;
+            last_checkpoint = Instant::now();
+        }
+    }
+    report.refused_keys = w.refused_keys;
+    w.close().map_err(err)?;
+    Ok(report)
+}
