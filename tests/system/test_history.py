@@ -225,3 +225,71 @@ def test_time_series_add_up_at_every_resolution(sonde, corpus, workdir):
     for k in filter(None, keys):
         total += _sums(_series(sonde, data, "--family", "apps", "--key", k, "--resolution", "1h", *span))["FLOWS"]
     assert total == st["flows"]["created"]
+
+
+def test_exporter_series_and_gauges(sonde_bin, sonde, workdir):
+    """Collected NetFlow: the exporter's series counts its records, packets and bytes; the
+    interface gauges are recorded."""
+    from test_collect import _free_udp_port, _replay, _tshark_sum
+
+    pcap = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "flowproto" / "akvorado_netflow_nfv5.pcap"
+    data = workdir / "data"
+    port = _free_udp_port()
+    proc = subprocess.Popen([str(sonde_bin), "--collect", f"udp://127.0.0.1:{port}", "--duration", "3",
+                             "--data-dir", data, "-q"], stdin=subprocess.DEVNULL,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    _replay([pcap], port)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    keys = [k for k in sonde("query", "--data-dir", data, "series", "--family", "exporters",
+                             "--list").stdout.split("\n") if k]
+    assert len(keys) == 1 and keys[0].startswith("127.0.0.1:"), keys
+    pkts, octets, count = _tshark_sum(pcap, 9990, ["cflow.packets", "cflow.octets", "cflow.count"])
+    # The records' own times are old: read the day they are in.
+    s = collections.Counter()
+    for res in ("1d",):
+        pts = _series(sonde, data, "--family", "exporters", "--key", keys[0], "--resolution", res,
+                      "--from", "2000-01-01", "--to", "2100-01-01")
+        s = _sums(pts)
+    assert s["FLOWS"] == count == 29
+    assert s["PACKETS_IN"] + s["PACKETS_OUT"] == pkts
+    assert s["BYTES_IN"] + s["BYTES_OUT"] == octets
+    gauges = _series(sonde, data, "--key", "gauge:active_flows", "--resolution", "1d",
+                     "--from", "2000-01-01", "--to", "2100-01-01")
+    assert any(p.get("MAX_BYTES_IN", 0) > 0 for p in gauges), gauges[-3:]
+
+
+def _host_totals(path):
+    t = {}
+    for r in oracle.load_jsonl(str(path)):
+        a = t.setdefault((r["IP_ADDR"], r["VLAN_ID"]), [0, 0, 0, 0, 0, 0])
+        for i, k in enumerate(("SENT_BYTES", "RCVD_BYTES", "SENT_PKTS", "RCVD_PKTS",
+                               "FLOWS_AS_CLIENT", "FLOWS_AS_SERVER")):
+            a[i] += int(r[k])
+    return t
+
+
+@pytest.mark.parametrize("threads", [1, 2])
+def test_host_cache_gives_returning_hosts_their_counters(sonde, corpus, workdir, threads):
+    """Hosts leave memory at the end of a run and are kept in the host cache; when the same
+    capture is read again into the same data directory, every host comes back with the
+    counters of its first visit added: twice what one run counts."""
+    pcap = corpus / "dns_doh.pcap"  # a short capture: no host is purged during the run
+    if not pcap.exists():
+        pytest.skip("dns_doh.pcap not in the corpus")
+    data = workdir / "data"
+    runs = []
+    for i in (1, 2):
+        hosts = workdir / f"hosts{i}.jsonl"
+        stats = workdir / f"stats{i}.json"
+        p = sonde("-r", pcap, "--threads", threads, "--data-dir", data, "--hosts-out", hosts,
+                  "--stats-json", stats, "-q")
+        assert p.returncode == 0, p.stderr
+        runs.append((_host_totals(hosts), json.loads(stats.read_text())["host_cache"]))
+    (one, c1), (two, c2) = runs
+    assert one and set(one) == set(two)
+    for k in one:
+        assert two[k] == [2 * v for v in one[k]], k
+    assert c1["restored"] == 0 and c1["cached"] == len(one)
+    assert c2["restored"] >= len(one) and c2["cached"] == len(one)

@@ -9,7 +9,7 @@
 use crate::flow::{EndReason, Flow, FlowRecord, NO_HOST};
 use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
-use crate::series::{SeriesAcc, SeriesTick};
+use crate::series::{Gauges, SeriesAcc, SeriesTick};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
 use sonde_dpi::{Dpi, FlowDpi, Meta};
@@ -131,6 +131,9 @@ pub struct EngineConfig {
     pub report_purged_hosts: bool,
     /// Count traffic per interval for the history's time series ([`Engine::take_series`]).
     pub series: bool,
+    /// List new hosts for [`Engine::take_new_hosts`] (a host cache gives returning hosts their
+    /// counters back).
+    pub list_new_hosts: bool,
 }
 
 impl Default for EngineConfig {
@@ -146,6 +149,7 @@ impl Default for EngineConfig {
             tick_ns: 1_000_000_000,
             report_purged_hosts: false,
             series: false,
+            list_new_hosts: false,
         }
     }
 }
@@ -197,6 +201,8 @@ pub struct Engine {
     exporters: Vec<(std::net::SocketAddr, u32)>,
     /// Traffic of the current interval per series (with `EngineConfig::series`).
     series: Option<Box<SeriesAcc>>,
+    /// Hosts created since the last [`Engine::take_new_hosts`] (with `list_new_hosts`).
+    new_hosts: Vec<HostKey>,
 }
 
 struct Arena {
@@ -225,6 +231,7 @@ impl Engine {
             live_flows: 0,
             hosts: HostTable::new(cfg.max_hosts.max(1)),
             series: cfg.series.then(Box::default),
+            new_hosts: Vec::new(),
             stats: ShardStats::default(),
             expired: Vec::new(),
             purged_hosts: Vec::new(),
@@ -557,6 +564,9 @@ impl Engine {
                 Some((hslot, created)) => {
                     if created {
                         self.stats.hosts_created += 1;
+                        if self.cfg.list_new_hosts {
+                            self.new_hosts.push(hk);
+                        }
                     }
                     let h = self.hosts.get_mut(hslot);
                     h.active_flows += 1;
@@ -709,9 +719,9 @@ impl Engine {
             }
         }
         // The interval that ends now started a tick ago (before the first tick: nothing yet).
-        if let Some(s) = self.series.as_deref_mut() {
-            let start = self.next_tick_ns.saturating_sub(cfg.tick_ns) / 1_000_000_000;
-            s.close(start, &self.hosts);
+        if self.series.is_some() {
+            let start = self.interval_start_s();
+            self.close_series_at(start);
         }
         self.ticks += 1;
         if self.ticks.is_multiple_of(HOST_PURGE_EVERY_TICKS) {
@@ -856,6 +866,23 @@ impl Engine {
             .unwrap_or_default()
     }
 
+    /// Hosts created since the last call (with [`EngineConfig::list_new_hosts`]).
+    pub fn take_new_hosts(&mut self) -> Vec<HostKey> {
+        std::mem::take(&mut self.new_hosts)
+    }
+
+    /// Gives a live host back what it did before it left memory (`add` merges into it).
+    /// False when the host is not live (purged again meanwhile): the caller keeps the counters.
+    pub fn restore_host(&mut self, key: &HostKey, add: impl FnOnce(&mut Host)) -> bool {
+        match self.hosts.find_mut(key) {
+            Some(h) => {
+                add(h);
+                true
+            }
+            None => false,
+        }
+    }
+
     /// The newest interval (second) whose rows were closed, with or without traffic: a
     /// merger of several shards' rows knows this shard has nothing more for it.
     pub fn series_closed_through(&self) -> Option<u64> {
@@ -865,9 +892,28 @@ impl Engine {
     /// Closes the current, partial interval (at the end of a capture, after the last flows
     /// were emitted), so its rows are in the next [`Engine::take_series`].
     pub fn close_series(&mut self) {
-        let start = self.next_tick_ns.saturating_sub(self.cfg.tick_ns) / 1_000_000_000;
+        let start = self.interval_start_s();
+        self.close_series_at(start);
+    }
+
+    /// The second the current interval started: a tick ago, or (before the first tick, when
+    /// collected records may already have been counted) the engine's clock.
+    fn interval_start_s(&self) -> u64 {
+        if self.next_tick_ns == 0 {
+            self.now_ns / 1_000_000_000
+        } else {
+            self.next_tick_ns.saturating_sub(self.cfg.tick_ns) / 1_000_000_000
+        }
+    }
+
+    fn close_series_at(&mut self, start: u64) {
+        let gauges = Gauges {
+            active_flows: self.live_flows as u64,
+            active_hosts: self.hosts.len() as u64,
+            drops: self.stats.dropped.iter().sum(),
+        };
         if let Some(s) = self.series.as_deref_mut() {
-            s.close(start, &self.hosts);
+            s.close(start, &self.hosts, &self.exporters, gauges);
         }
     }
 }

@@ -150,6 +150,16 @@ impl HostTable {
         }
     }
 
+    /// The live host for `key`, if there is one.
+    pub fn find_mut(&mut self, key: &HostKey) -> Option<&mut Host> {
+        let hosts = &self.hosts;
+        let slot = self
+            .index
+            .find(key.hash32(), |s| hosts[s as usize].key == *key)
+            .ok()?;
+        self.hosts.get_mut(slot as usize).filter(|h| h.live)
+    }
+
     pub fn get(&self, slot: u32) -> Option<&Host> {
         self.hosts.get(slot as usize).filter(|h| h.live)
     }

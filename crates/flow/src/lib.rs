@@ -25,5 +25,5 @@ pub use engine::{
 pub use flow::{EndReason, Flow, FlowRecord};
 pub use host::{Host, HostTable};
 pub use key::FlowKey;
-pub use series::{AppKey, IntervalCounts, SeriesTick};
+pub use series::{AppKey, ExporterKey, Gauges, IntervalCounts, SeriesTick};
 pub use stats::{DropReason, ShardStats};

@@ -5,8 +5,10 @@
 //! when a flow ends and before a snapshot) also goes here, so the rows of a run add up exactly
 //! to the engine's counters. Directions: for a host, `in` is what it received and `out` what it
 //! sent; for the interface and an application, `out` is client → server and `in` the reverse.
-//! `flows`: flows that started in the interval (interface, hosts) or ended in it (applications,
-//! whose label is only final then).
+//! `flows`: flows that started in the interval (interface, hosts), ended in it (applications,
+//! whose label is only final then), or for an exporter the records (or sFlow samples) it
+//! sent; collected traffic also counts for its exporter. Gauges (live flows and hosts, packets dropped in the interval) are sampled when
+//! the interval closes.
 
 use crate::flow::Flow;
 use crate::host::{HostKey, HostTable};
@@ -39,6 +41,18 @@ impl IntervalCounts {
 /// An application label as nDPI numbers: (protocol, service).
 pub type AppKey = (u16, u16);
 
+/// An exporter of collected flows: its address and observation domain.
+pub type ExporterKey = (std::net::SocketAddr, u32);
+
+/// The engine's state when an interval closed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Gauges {
+    pub active_flows: u64,
+    pub active_hosts: u64,
+    /// Packets dropped (flow table full) during the interval.
+    pub drops: u64,
+}
+
 /// The rows of one interval of one shard; only series with traffic are listed.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SeriesTick {
@@ -47,6 +61,8 @@ pub struct SeriesTick {
     pub interface: IntervalCounts,
     pub apps: Vec<(AppKey, IntervalCounts)>,
     pub hosts: Vec<(HostKey, IntervalCounts)>,
+    pub exporters: Vec<(ExporterKey, IntervalCounts)>,
+    pub gauges: Gauges,
 }
 
 /// The current interval's counts, kept by an engine with series on.
@@ -57,6 +73,10 @@ pub(crate) struct SeriesAcc {
     dirty: Vec<u32>,
     interface: IntervalCounts,
     apps: HashMap<AppKey, IntervalCounts>,
+    /// By the flow's exporter index (`Flow::exporter`, 0 = captured here, not kept).
+    exporters: HashMap<u16, IntervalCounts>,
+    /// Drops counted by the engine when the last interval closed.
+    drops_before: u64,
     ready: Vec<SeriesTick>,
     /// The newest interval closed (with or without traffic).
     pub(crate) closed_through: Option<u64>,
@@ -106,6 +126,9 @@ impl SeriesAcc {
         };
         add(&mut self.interface);
         add(self.apps.entry(app_key(f)).or_default());
+        if f.exporter != 0 {
+            add(self.exporters.entry(f.exporter).or_default());
+        }
     }
 
     /// A new flow (its hosts are set).
@@ -118,6 +141,13 @@ impl SeriesAcc {
         }
     }
 
+    /// A record (or sFlow sample) received from exporter `exporter` (index + 1).
+    pub(crate) fn on_record(&mut self, exporter: u16) {
+        if exporter != 0 {
+            self.exporters.entry(exporter).or_default().flows += 1;
+        }
+    }
+
     /// A flow that ended (after its last flush).
     pub(crate) fn on_end(&mut self, f: &Flow) {
         self.apps.entry(app_key(f)).or_default().flows += 1;
@@ -125,7 +155,13 @@ impl SeriesAcc {
 
     /// Closes the interval that started at `second`: its rows become ready (when there was
     /// any traffic) and the counts start again.
-    pub(crate) fn close(&mut self, second: u64, hosts: &HostTable) {
+    pub(crate) fn close(
+        &mut self,
+        second: u64,
+        hosts: &HostTable,
+        exporters: &[ExporterKey],
+        mut gauges: Gauges,
+    ) {
         self.closed_through = Some(self.closed_through.map_or(second, |c| c.max(second)));
         let mut tick = SeriesTick {
             second,
@@ -141,7 +177,20 @@ impl SeriesAcc {
                 tick.hosts.push((h.key, c));
             }
         }
-        let empty = tick.interface.is_zero() && tick.apps.is_empty() && tick.hosts.is_empty();
+        tick.exporters = self
+            .exporters
+            .drain()
+            .filter_map(|(i, c)| Some((*exporters.get(usize::from(i).checked_sub(1)?)?, c)))
+            .collect();
+        // `gauges.drops` comes in as the engine's running total.
+        let total_drops = gauges.drops;
+        gauges.drops = total_drops.saturating_sub(self.drops_before);
+        self.drops_before = total_drops;
+        tick.gauges = gauges;
+        let empty = tick.interface.is_zero()
+            && tick.apps.is_empty()
+            && tick.hosts.is_empty()
+            && gauges.drops == 0;
         if !empty {
             self.ready.push(tick);
         }

@@ -2,6 +2,7 @@
 //! directory that needs no server. See [`store`] for the layout and its guarantees.
 
 pub mod codec;
+pub mod hostcache;
 pub mod query;
 pub mod series;
 pub mod store;

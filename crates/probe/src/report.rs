@@ -168,6 +168,11 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "refused_seconds": r.refused_seconds,
             "refused_keys": r.refused_keys,
         })),
+        "host_cache": s.host_cache.as_ref().map(|r| serde_json::json!({
+            "stored": r.stored,
+            "restored": r.restored,
+            "cached": r.cached,
+        })),
         "table_memory_bytes": t.table_memory,
         "elapsed_s": elapsed,
         "cpu_s": cpu_s,

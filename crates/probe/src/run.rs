@@ -61,6 +61,8 @@ pub struct Summary {
     pub sinks: Vec<SinkReport>,
     /// What the time series writer did (with a data directory).
     pub series: Option<crate::series_sink::SeriesReport>,
+    /// What the host cache did (with a data directory).
+    pub host_cache: Option<crate::host_cache::HostCacheReport>,
     /// NetFlow/IPFIX/sFlow exporters seen, with their statistics (records, templates, lost
     /// records by sequence gaps, parse errors).
     pub exporters: collect::ExporterReport,
@@ -88,6 +90,7 @@ pub struct Probe {
     sink: Option<JoinHandle<SinkResult>>,
     host_sink: Option<HostSink>,
     series: Option<JoinHandle<Result<crate::series_sink::SeriesReport, String>>>,
+    host_cache: Option<JoinHandle<Result<crate::host_cache::HostCacheReport, String>>>,
     /// Collector threads (they stop with the stop flag; shards end when all of them have).
     receivers: Vec<JoinHandle<collect::ExporterReport>>,
     collector_counters: Arc<CollectorCounters>,
@@ -251,9 +254,18 @@ impl Probe {
             ),
             None => None,
         };
+        let host_cache = match self.host_cache.take() {
+            Some(h) => Some(
+                h.join()
+                    .expect("host cache thread panicked")
+                    .map_err(ProbeError::Config)?,
+            ),
+            None => None,
+        };
         let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Summary {
             series,
+            host_cache,
             total,
             shards,
             distinct_hosts,
@@ -408,9 +420,22 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         }
         None => None,
     };
+    // The host cache lives in the data directory too.
+    let mut cache_replies = Vec::new();
+    let host_cache = match &cfg.series {
+        Some((dir, _)) => {
+            let (txs, rxs): (Vec<_>, Vec<_>) = (0..threads)
+                .map(|_| crossbeam_channel::unbounded::<crate::host_cache::CacheReply>())
+                .unzip();
+            cache_replies = rxs;
+            Some(crate::host_cache::start(dir, txs).map_err(ProbeError::Config)?)
+        }
+        None => None,
+    };
     let per_shard = EngineConfig {
-        report_purged_hosts: host_sink.is_some(),
+        report_purged_hosts: host_sink.is_some() || host_cache.is_some(),
         series: series.is_some(),
+        list_new_hosts: host_cache.is_some(),
         ..per_shard
     };
 
@@ -439,6 +464,11 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             records: Vec::new(),
             series: series.as_ref().map(|(tx, _)| (ctxs.len(), tx.clone())),
             series_told: None,
+            host_cache: host_cache.as_ref().map(|(tx, _)| shard::HostCacheLink {
+                shard: ctxs.len(),
+                tx: tx.clone(),
+                replies: cache_replies.remove(0),
+            }),
             host_output: if cfg.hosts_out.is_some() {
                 shard::HostOutput::Full
             } else if threads > 1 {
@@ -449,8 +479,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         });
     }
     drop(sink_tx);
-    // The shards hold the series senders now: the writer ends when the last shard does.
+    // The shards hold the series and host cache senders now: those threads end when the
+    // last shard does.
     let series = series.map(|(_, h)| h);
+    let host_cache = host_cache.map(|(_, h)| h);
 
     let spawn = |name: String,
                  f: Box<dyn FnOnce() -> ShardOutput + Send>|
@@ -622,6 +654,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         sink,
         host_sink,
         series,
+        host_cache,
         receivers,
         collector_counters,
         has_flows_file: cfg.flows_out.is_some(),

@@ -10,7 +10,10 @@
 
 use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::{IntervalCounts, SeriesTick};
-use sonde_history::series::{Config, Family, Metrics, SeriesWriter, INTERFACE_TOTAL};
+use sonde_history::series::{
+    Config, Family, Metrics, SeriesWriter, GAUGE_ACTIVE_FLOWS, GAUGE_ACTIVE_HOSTS, GAUGE_DROPS,
+    INTERFACE_TOTAL,
+};
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -46,6 +49,9 @@ struct Second {
     interface: IntervalCounts,
     apps: HashMap<(u16, u16), IntervalCounts>,
     hosts: HashMap<sonde_flow::host::HostKey, IntervalCounts>,
+    exporters: HashMap<sonde_flow::ExporterKey, IntervalCounts>,
+    /// Summed over shards (a host seen by two shards counts twice in `active_hosts`).
+    gauges: sonde_flow::Gauges,
 }
 
 fn metrics(c: &IntervalCounts) -> Metrics {
@@ -81,6 +87,11 @@ pub fn app_key((proto, app): (u16, u16)) -> String {
 
 /// The writer thread: its report, or why it stopped.
 type SeriesThread = JoinHandle<Result<SeriesReport, String>>;
+
+/// An exporter's series key: `ADDRESS:PORT/DOMAIN` (observation domain, source id or engine).
+pub fn exporter_key((addr, domain): &sonde_flow::ExporterKey) -> String {
+    format!("{addr}/{domain}")
+}
 
 /// Opens the series of `dir` (so a bad directory is reported before anything runs) and starts
 /// the thread that writes them; `shards` senders are expected.
@@ -133,6 +144,12 @@ fn run(
                     for (k, c) in &t.hosts {
                         s.hosts.entry(*k).or_default().add(c);
                     }
+                    for (k, c) in &t.exporters {
+                        s.exporters.entry(*k).or_default().add(c);
+                    }
+                    s.gauges.active_flows += t.gauges.active_flows;
+                    s.gauges.active_hosts += t.gauges.active_hosts;
+                    s.gauges.drops += t.gauges.drops;
                 }
                 if m.shard < shards {
                     closed[m.shard] = m.closed_through.or(closed[m.shard]);
@@ -165,6 +182,21 @@ fn run(
                 for (k, c) in &s.hosts {
                     w.set(Family::Hosts, &host_key(k), metrics(c));
                 }
+                for (k, c) in &s.exporters {
+                    w.set(Family::Exporters, &exporter_key(k), metrics(c));
+                }
+                let g = &s.gauges;
+                w.set(
+                    Family::Interface,
+                    GAUGE_ACTIVE_FLOWS,
+                    Metrics::gauge(g.active_flows),
+                );
+                w.set(
+                    Family::Interface,
+                    GAUGE_ACTIVE_HOSTS,
+                    Metrics::gauge(g.active_hosts),
+                );
+                w.set(Family::Interface, GAUGE_DROPS, Metrics::gauge(g.drops));
                 w.commit().map_err(err)?;
                 report.seconds += 1;
             } else {

@@ -71,6 +71,15 @@ pub(crate) struct ShardCtx {
     pub series: Option<(usize, Sender<crate::series_sink::SeriesMsg>)>,
     /// The newest closed second already told to the series writer.
     pub series_told: Option<u64>,
+    /// This shard's index, the host cache's channel and this shard's answers from it.
+    pub host_cache: Option<HostCacheLink>,
+}
+
+/// A shard's link to the host cache thread.
+pub(crate) struct HostCacheLink {
+    pub shard: usize,
+    pub tx: Sender<crate::host_cache::CacheMsg>,
+    pub replies: Receiver<crate::host_cache::CacheReply>,
 }
 
 impl ShardCtx {
@@ -117,11 +126,21 @@ impl ShardCtx {
         if self.series.is_some() {
             self.send_series(false);
         }
-        if let Some(tx) = &self.host_sink {
+        if self.host_sink.is_some() || self.host_cache.is_some() {
             let purged = self.engine.take_purged_hosts();
-            if !purged.is_empty() && tx.send(purged).is_err() {
-                self.host_sink = None;
+            if !purged.is_empty() {
+                if let Some(c) = &self.host_cache {
+                    let _ = c.tx.send(crate::host_cache::CacheMsg::Put(purged.clone()));
+                }
+                if let Some(tx) = &self.host_sink {
+                    if tx.send(purged).is_err() {
+                        self.host_sink = None;
+                    }
+                }
             }
+        }
+        if self.host_cache.is_some() {
+            self.exchange_with_host_cache();
         }
         if self.engine.expired_len() == 0 {
             return;
@@ -139,6 +158,75 @@ impl ShardCtx {
         }
     }
 
+    /// Asks the host cache about new hosts and gives returning ones their counters back.
+    fn exchange_with_host_cache(&mut self) {
+        use crate::host_cache::{CacheMsg, CacheReply};
+        let Some(c) = &self.host_cache else { return };
+        let new = self.engine.take_new_hosts();
+        if !new.is_empty() {
+            let _ = c.tx.send(CacheMsg::Lookup(c.shard, new));
+        }
+        let mut found = Vec::new();
+        while let Ok(reply) = c.replies.try_recv() {
+            if let CacheReply::Found(f) = reply {
+                found.extend(f);
+            }
+        }
+        if !found.is_empty() {
+            self.restore_hosts(found);
+        }
+    }
+
+    fn restore_hosts(
+        &mut self,
+        found: Vec<(
+            sonde_flow::host::HostKey,
+            sonde_history::hostcache::CachedHost,
+        )>,
+    ) {
+        let mut gone = Vec::new();
+        for (k, cached) in found {
+            if !self
+                .engine
+                .restore_host(&k, |h| crate::host_cache::restore(h, &cached))
+            {
+                // Purged again meanwhile: back into the cache.
+                let mut h = Host {
+                    key: k,
+                    ..Host::default()
+                };
+                crate::host_cache::restore(&mut h, &cached);
+                gone.push(h);
+            }
+        }
+        if let (false, Some(c)) = (gone.is_empty(), &self.host_cache) {
+            let _ = c.tx.send(crate::host_cache::CacheMsg::Put(gone));
+        }
+    }
+
+    /// At the end: takes every answer the host cache owes, then hands it all live hosts.
+    fn settle_host_cache(&mut self) {
+        use crate::host_cache::{CacheMsg, CacheReply};
+        self.exchange_with_host_cache();
+        let Some(c) = &self.host_cache else { return };
+        let mut found = Vec::new();
+        if c.tx.send(CacheMsg::Sync(c.shard)).is_ok() {
+            while let Ok(reply) = c.replies.recv_timeout(Duration::from_secs(60)) {
+                match reply {
+                    CacheReply::Found(f) => found.extend(f),
+                    CacheReply::Synced => break,
+                }
+            }
+        }
+        self.restore_hosts(found);
+        let hosts: Vec<Host> = self.engine.hosts().iter().copied().collect();
+        if let Some(c) = self.host_cache.take() {
+            for chunk in hosts.chunks(1 << 12) {
+                let _ = c.tx.send(CacheMsg::Put(chunk.to_vec()));
+            }
+        }
+    }
+
     pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
         // In chunks, so the records of a large table never sit in memory all at once.
         while self.engine.flush_some(EndReason::EndOfCapture, 1 << 16) > 0 {
@@ -148,6 +236,7 @@ impl ShardCtx {
         self.engine.close_series();
         self.send_series(true);
         self.series = None;
+        self.settle_host_cache();
         let hosts = match self.host_output {
             HostOutput::Full => self.engine.hosts().iter().copied().collect(),
             HostOutput::Keys => self

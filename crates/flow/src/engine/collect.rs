@@ -110,6 +110,9 @@ impl Engine {
             self.now_ns = last;
         }
         self.stats.collected_records += 1;
+        if let Some(s) = self.series.as_deref_mut() {
+            s.on_record(exporter);
+        }
         self.stats.collected_packets += c.packets + c.rev_packets;
         self.stats.collected_bytes += c.bytes + c.rev_bytes;
     }
@@ -155,6 +158,9 @@ impl Engine {
             self.now_ns = now_ns;
         }
         self.stats.collected_samples += 1;
+        if let Some(s) = self.series.as_deref_mut() {
+            s.on_record(exporter);
+        }
         self.stats.collected_packets += rate;
         self.stats.collected_bytes += d.ip_len as u64 * rate;
     }

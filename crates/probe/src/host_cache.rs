@@ -1,0 +1,150 @@
+//! `--data-dir`: the host cache thread. Shards send it the hosts they purge (and, at the end,
+//! every host they still hold) and the keys of hosts they create; it answers each shard with
+//! the counters of its returning hosts ([`sonde_history::hostcache`]).
+//!
+//! A shard's last message is a `Sync`: the thread answers every lookup before it, then says
+//! `Synced`, so no returning host's counters are in flight when the shard hands over its final
+//! hosts. Counters the thread cannot deliver (the shard is gone) go back into the cache.
+
+use crossbeam_channel::{Receiver, Sender};
+use sonde_flow::host::HostKey;
+use sonde_flow::Host;
+use sonde_history::hostcache::{CacheKey, CachedHost, HostCache};
+use std::path::Path;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+pub(crate) enum CacheMsg {
+    /// Hosts that left a shard's memory.
+    Put(Vec<Host>),
+    /// Hosts a shard just created: are they returning?
+    Lookup(usize, Vec<HostKey>),
+    /// Answer everything asked before, then `Synced`.
+    Sync(usize),
+}
+
+pub(crate) enum CacheReply {
+    Found(Vec<(HostKey, CachedHost)>),
+    Synced,
+}
+
+/// What the host cache did, for the summary.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct HostCacheReport {
+    /// Hosts written to the cache during the run, and given back to returning hosts.
+    pub stored: u64,
+    pub restored: u64,
+    /// Hosts in the cache at the end.
+    pub cached: u64,
+}
+
+pub(crate) fn cache_key(k: &HostKey) -> CacheKey {
+    CacheKey {
+        addr: k.addr,
+        ip_version: k.ip_version,
+        vlan: k.vlan,
+    }
+}
+
+pub(crate) fn cached(h: &Host) -> CachedHost {
+    CachedHost {
+        mac: h.has_mac.then_some(h.mac),
+        sent_pkts: h.sent_pkts,
+        sent_bytes: h.sent_bytes,
+        rcvd_pkts: h.rcvd_pkts,
+        rcvd_bytes: h.rcvd_bytes,
+        first_ns: h.first_ns,
+        last_ns: h.last_ns,
+        flows_as_client: h.flows_as_client,
+        flows_as_server: h.flows_as_server,
+    }
+}
+
+/// Adds what a host did before it left memory to its live entry.
+pub(crate) fn restore(h: &mut Host, c: &CachedHost) {
+    if !h.has_mac {
+        if let Some(m) = c.mac {
+            h.mac = m;
+            h.has_mac = true;
+        }
+    }
+    h.sent_pkts += c.sent_pkts;
+    h.sent_bytes += c.sent_bytes;
+    h.rcvd_pkts += c.rcvd_pkts;
+    h.rcvd_bytes += c.rcvd_bytes;
+    if c.first_ns != 0 {
+        h.first_ns = h.first_ns.min(c.first_ns);
+    }
+    h.flows_as_client += c.flows_as_client;
+    h.flows_as_server += c.flows_as_server;
+}
+
+type CacheThread = JoinHandle<Result<HostCacheReport, String>>;
+
+/// Opens the cache of `dir` and starts its thread; `replies[i]` answers shard i.
+pub(crate) fn start(
+    dir: &Path,
+    replies: Vec<Sender<CacheReply>>,
+) -> Result<(Sender<CacheMsg>, CacheThread), String> {
+    let cache = HostCache::open(dir).map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+    let (tx, rx) = crossbeam_channel::bounded::<CacheMsg>(1024);
+    let h = std::thread::Builder::new()
+        .name("host-cache".into())
+        .spawn(move || run(cache, rx, replies))
+        .map_err(|e| format!("cannot start the host cache thread: {e}"))?;
+    Ok((tx, h))
+}
+
+fn run(
+    mut cache: HostCache,
+    rx: Receiver<CacheMsg>,
+    replies: Vec<Sender<CacheReply>>,
+) -> Result<HostCacheReport, String> {
+    let err = |e: sonde_history::store::StoreError| format!("host cache: {e}");
+    let mut last_checkpoint = Instant::now();
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(CacheMsg::Put(hosts)) => {
+                for h in &hosts {
+                    cache.put(&cache_key(&h.key), &cached(h)).map_err(err)?;
+                }
+            }
+            Ok(CacheMsg::Lookup(shard, keys)) => {
+                let mut found = Vec::new();
+                for k in keys {
+                    if let Some(c) = cache.take(&cache_key(&k)).map_err(err)? {
+                        found.push((k, c));
+                    }
+                }
+                if !found.is_empty() {
+                    let sent = replies
+                        .get(shard)
+                        .map(|tx| tx.send(CacheReply::Found(found.clone())));
+                    if !matches!(sent, Some(Ok(()))) {
+                        // Nobody to give them to: they stay cached.
+                        for (k, c) in &found {
+                            cache.put(&cache_key(k), c).map_err(err)?;
+                        }
+                    }
+                }
+            }
+            Ok(CacheMsg::Sync(shard)) => {
+                if let Some(tx) = replies.get(shard) {
+                    let _ = tx.send(CacheReply::Synced);
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+        if last_checkpoint.elapsed() >= Duration::from_secs(1) {
+            cache.checkpoint().map_err(err)?;
+            last_checkpoint = Instant::now();
+        }
+    }
+    cache.checkpoint().map_err(err)?;
+    Ok(HostCacheReport {
+        stored: cache.stored,
+        restored: cache.restored,
+        cached: cache.len() as u64,
+    })
+}
