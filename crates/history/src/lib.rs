@@ -1,5 +1,14 @@
-//! History on local disk: the flow history (every expired flow, with queries) in a data
-//! directory that needs no server. See [`store`] for the layout and its guarantees.
+//! History on local disk, in a data directory that needs no server:
+//!
+//! ```text
+//! DATA_DIR/VERSION        "sonde-data 1" (store::prepare_data_dir)
+//! DATA_DIR/flows/         flow history: segments and their totals (store, codec, totals, query)
+//! DATA_DIR/series/        time series: round-robin ring files per family (series)
+//! DATA_DIR/hosts/         host cache: hosts that left memory (hostcache)
+//! ```
+//!
+//! Every file is sonde's own, versioned and checked: a foreign or damaged one is an error that
+//! names it, and what a crash cut off at the end of a file is dropped on the next open.
 
 pub mod codec;
 pub mod hostcache;
