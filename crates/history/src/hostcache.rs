@@ -34,12 +34,7 @@ const KIND_HOST: u8 = 1;
 const KIND_TAKEN: u8 = 2;
 
 /// A host's identity: address (IPv4 in the first 4 bytes), IP version, VLAN.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
-pub struct CacheKey {
-    pub addr: [u8; 16],
-    pub ip_version: u8,
-    pub vlan: u16,
-}
+pub type CacheKey = sonde_flow::host::HostKey;
 
 /// What is kept of a host.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]

@@ -196,6 +196,20 @@ pub struct Segment {
     pub max_last_ms: u64,
 }
 
+impl Segment {
+    /// A segment with no block yet (just its header).
+    fn empty(number: u64, path: PathBuf) -> Segment {
+        Segment {
+            number,
+            path,
+            bytes: SEGMENT_HEADER as u64,
+            records: 0,
+            min_first_ms: u64::MAX,
+            max_last_ms: 0,
+        }
+    }
+}
+
 /// Lists the segments of `flows_dir` in write order; anything else there is an error.
 fn list_segments(flows_dir: &Path) -> Result<Vec<(u64, PathBuf)>, StoreError> {
     let mut out = Vec::new();
@@ -411,14 +425,7 @@ impl FlowStore {
         let path = segment_path(&flows_dir, number);
         let file = open_segment_for_append(&path)?;
         if segments.is_empty() {
-            segments.push(Segment {
-                number,
-                path,
-                bytes: SEGMENT_HEADER as u64,
-                records: 0,
-                min_first_ms: u64::MAX,
-                max_last_ms: 0,
-            });
+            segments.push(Segment::empty(number, path));
         }
         let mut store = FlowStore {
             flows_dir,
@@ -515,14 +522,7 @@ impl FlowStore {
         let number = self.segments.last().expect("a segment").number + 1;
         let path = segment_path(&self.flows_dir, number);
         self.file = open_segment_for_append(&path)?;
-        self.segments.push(Segment {
-            number,
-            path,
-            bytes: SEGMENT_HEADER as u64,
-            records: 0,
-            min_first_ms: u64::MAX,
-            max_last_ms: 0,
-        });
+        self.segments.push(Segment::empty(number, path));
         Ok(())
     }
 
@@ -590,25 +590,11 @@ fn scan_segment(number: u64, path: &Path, newest: bool) -> Result<(Segment, u64)
     if newest && len < SEGMENT_HEADER as u64 {
         // Created but its header never reached the disk: start it again.
         f.set_len(0).map_err(io_err(path))?;
-        let seg = Segment {
-            number,
-            path: path.to_path_buf(),
-            bytes: SEGMENT_HEADER as u64,
-            records: 0,
-            min_first_ms: u64::MAX,
-            max_last_ms: 0,
-        };
+        let seg = Segment::empty(number, path.to_path_buf());
         return Ok((seg, len));
     }
     check_segment_header(&mut f, path)?;
-    let mut seg = Segment {
-        number,
-        path: path.to_path_buf(),
-        bytes: SEGMENT_HEADER as u64,
-        records: 0,
-        min_first_ms: u64::MAX,
-        max_last_ms: 0,
-    };
+    let mut seg = Segment::empty(number, path.to_path_buf());
     let mut offset = SEGMENT_HEADER as u64;
     loop {
         match read_block_header(&mut f, offset, len).map_err(io_err(path))? {

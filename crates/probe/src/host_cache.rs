@@ -9,7 +9,7 @@
 use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::host::HostKey;
 use sonde_flow::Host;
-use sonde_history::hostcache::{CacheKey, CachedHost, HostCache};
+use sonde_history::hostcache::{CachedHost, HostCache};
 use std::path::Path;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -36,14 +36,6 @@ pub struct HostCacheReport {
     pub restored: u64,
     /// Hosts in the cache at the end.
     pub cached: u64,
-}
-
-pub(crate) fn cache_key(k: &HostKey) -> CacheKey {
-    CacheKey {
-        addr: k.addr,
-        ip_version: k.ip_version,
-        vlan: k.vlan,
-    }
 }
 
 pub(crate) fn cached(h: &Host) -> CachedHost {
@@ -106,13 +98,13 @@ fn run(
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(CacheMsg::Put(hosts)) => {
                 for h in &hosts {
-                    cache.put(&cache_key(&h.key), &cached(h)).map_err(err)?;
+                    cache.put(&h.key, &cached(h)).map_err(err)?;
                 }
             }
             Ok(CacheMsg::Lookup(shard, keys)) => {
                 let mut found = Vec::new();
                 for k in keys {
-                    if let Some(c) = cache.take(&cache_key(&k)).map_err(err)? {
+                    if let Some(c) = cache.take(&k).map_err(err)? {
                         found.push((k, c));
                     }
                 }
@@ -123,7 +115,7 @@ fn run(
                     if !matches!(sent, Some(Ok(()))) {
                         // Nobody to give them to: they stay cached.
                         for (k, c) in &found {
-                            cache.put(&cache_key(k), c).map_err(err)?;
+                            cache.put(k, c).map_err(err)?;
                         }
                     }
                 }
