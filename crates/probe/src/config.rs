@@ -44,6 +44,9 @@ pub struct ProbeConfig {
     pub extra_sinks: Vec<SinkFactory>,
     /// Time series of the interface, applications and hosts, written to this data directory.
     pub series: Option<(PathBuf, sonde_history::series::Config)>,
+    /// At the end of the input, keep the flows and hosts in memory (readers can still look at
+    /// them, e.g. through the REST API) until the stop flag is set or `duration` is over.
+    pub linger: bool,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -64,6 +67,7 @@ impl ProbeConfig {
             dpi: Some(DpiConfig::default()),
             extra_sinks: Vec::new(),
             series: None,
+            linger: false,
         }
     }
 }

@@ -24,6 +24,6 @@ pub use flow_export::{ExportTarget, FlowExportSink};
 pub use history_sink::HistorySink;
 pub use host_cache::HostCacheReport;
 pub use report::{format_count, stats_line, summary_json};
-pub use run::{start, Probe, ProbeError, Summary};
+pub use run::{start, Probe, ProbeError, ProbeView, Summary};
 pub use series_sink::SeriesReport;
 pub use zmq_sink::ZmqSink;

@@ -118,51 +118,31 @@ impl Probe {
             .map(|len| (self.progress.load(Ordering::Relaxed), len))
     }
 
+    /// A handle for reading this probe from other threads while it runs (the HTTP API).
+    pub fn view(&self) -> ProbeView {
+        ProbeView {
+            shared: self.shared.clone(),
+            started: self.started,
+        }
+    }
+
     /// Latest published counters of each shard.
     pub fn shard_stats(&self) -> Vec<ShardStats> {
-        self.shared
-            .iter()
-            .map(|s| *s.stats.lock().unwrap_or_else(|e| e.into_inner()))
-            .collect()
+        self.view().shard_stats()
     }
 
     pub fn capture_drops(&self) -> CaptureDrops {
-        let mut d = CaptureDrops::default();
-        for s in &self.shared {
-            let c = *s.capture.lock().unwrap_or_else(|e| e.into_inner());
-            d.received += c.received;
-            d.dropped += c.dropped;
-            d.if_dropped += c.if_dropped;
-        }
-        d
+        self.view().capture_drops()
     }
 
     /// Copies of every live flow, taken by each shard between two batches.
     pub fn snapshot_flows(&self) -> Vec<Flow> {
-        let mut all = Vec::new();
-        for s in &self.shared {
-            let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Flows(tx)).is_ok() {
-                if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(5)) {
-                    all.append(&mut v);
-                }
-            }
-        }
-        all
+        self.view().snapshot_flows()
     }
 
     /// Every live host, merged across shards.
     pub fn snapshot_hosts(&self) -> Vec<Host> {
-        let mut parts = Vec::new();
-        for s in &self.shared {
-            let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Hosts(tx)).is_ok() {
-                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
-                    parts.push(v);
-                }
-            }
-        }
-        merge_hosts(parts)
+        self.view().snapshot_hosts()
     }
 
     /// Waits for the end of the input (or the stop flag, or `--duration`) and sums up.
@@ -280,6 +260,68 @@ impl Probe {
             elapsed: self.started.elapsed(),
             error,
         })
+    }
+}
+
+/// Read access to a running probe from any thread: published counters, and snapshots that
+/// each shard takes between two batches (so readers never stop packet processing).
+#[derive(Clone)]
+pub struct ProbeView {
+    shared: Vec<Arc<Shared>>,
+    started: Instant,
+}
+
+impl ProbeView {
+    /// Latest published counters of each shard.
+    pub fn shard_stats(&self) -> Vec<ShardStats> {
+        self.shared
+            .iter()
+            .map(|s| *s.stats.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+
+    pub fn capture_drops(&self) -> CaptureDrops {
+        let mut d = CaptureDrops::default();
+        for s in &self.shared {
+            let c = *s.capture.lock().unwrap_or_else(|e| e.into_inner());
+            d.received += c.received;
+            d.dropped += c.dropped;
+            d.if_dropped += c.if_dropped;
+        }
+        d
+    }
+
+    /// Copies of every live flow, taken by each shard between two batches.
+    pub fn snapshot_flows(&self) -> Vec<Flow> {
+        let mut all = Vec::new();
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Flows(tx)).is_ok() {
+                if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    all.append(&mut v);
+                }
+            }
+        }
+        all
+    }
+
+    /// Every live host, merged across shards.
+    pub fn snapshot_hosts(&self) -> Vec<Host> {
+        let mut parts = Vec::new();
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Hosts(tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    parts.push(v);
+                }
+            }
+        }
+        merge_hosts(parts)
+    }
+
+    /// Time since the probe started.
+    pub fn uptime(&self) -> Duration {
+        self.started.elapsed()
     }
 }
 
@@ -464,6 +506,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             records: Vec::new(),
             series: series.as_ref().map(|(tx, _)| (ctxs.len(), tx.clone())),
             series_told: None,
+            linger: cfg.linger,
             host_cache: host_cache.as_ref().map(|(tx, _)| shard::HostCacheLink {
                 shard: ctxs.len(),
                 tx: tx.clone(),
@@ -514,7 +557,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             };
             let filters = Filters::new(cfg.filter.clone(), first_filter);
             let pacer = (cfg.replay == Replay::Realtime).then(Pacer::new);
-            deadline = None;
+            // A file ends by itself; --duration only ends the lingering after it.
+            if !cfg.linger {
+                deadline = None;
+            }
             if threads == 1 {
                 let ctx = ctxs.pop().expect("one shard");
                 let (progress, error) = (progress.clone(), error.clone());

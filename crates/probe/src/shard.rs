@@ -73,6 +73,8 @@ pub(crate) struct ShardCtx {
     pub series_told: Option<u64>,
     /// This shard's index, the host cache's channel and this shard's answers from it.
     pub host_cache: Option<HostCacheLink>,
+    /// See [`crate::ProbeConfig::linger`].
+    pub linger: bool,
 }
 
 /// A shard's link to the host cache thread.
@@ -228,6 +230,11 @@ impl ShardCtx {
     }
 
     pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
+        // Input over, state kept for readers until told to stop.
+        while self.linger && !self.stopped() {
+            self.housekeeping();
+            std::thread::sleep(Duration::from_millis(50));
+        }
         // In chunks, so the records of a large table never sit in memory all at once.
         while self.engine.flush_some(EndReason::EndOfCapture, 1 << 16) > 0 {
             self.housekeeping();

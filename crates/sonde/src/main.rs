@@ -80,6 +80,12 @@ struct Cli {
     /// every remaining host, merged across shards, at the end.
     #[arg(long, value_name = "FILE")]
     hosts_out: Option<PathBuf>,
+    /// Serve the REST API (/api/v1/…, OpenAPI at /api/v1/openapi.json) and Prometheus metrics
+    /// (/metrics) on ADDR:PORT, e.g. 127.0.0.1:3000 (loopback only for now). With a file or
+    /// synthetic input, sonde keeps serving what it counted after the end, until Ctrl-C or
+    /// --duration.
+    #[arg(long, value_name = "ADDR:PORT")]
+    http: Option<std::net::SocketAddr>,
     /// Keep history in DIR: every expired flow, and per-second time series of the traffic, each
     /// application and each host (made durable every second; query them with
     /// 'sonde query --data-dir DIR flows|hosts|apps|series').
@@ -335,7 +341,28 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
 
     let deadline = cfg.duration.map(|d| Instant::now() + d);
+    cfg.linger = cli.http.is_some();
+    // Bound before anything starts: an exposed address or a busy port is reported at once.
+    let bound = cli
+        .http
+        .map(sonde_server::bind)
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let probe = sonde_probe::start(cfg)?;
+    let server = match bound {
+        Some(addr) => {
+            let info = sonde_server::ServerInfo {
+                version: env!("CARGO_PKG_VERSION").to_string(),
+                source: source_name.clone(),
+            };
+            let s = sonde_server::start(addr, probe.view(), info).map_err(anyhow::Error::msg)?;
+            if !cli.quiet {
+                eprintln!("sonde: REST API on http://{}/api/v1/", s.addr);
+            }
+            Some(s)
+        }
+        None => None,
+    };
     let stop = probe.stop_flag();
     ctrlc::set_handler(move || stop.store(true, Ordering::Relaxed))
         .context("cannot install the Ctrl-C handler")?;
@@ -397,6 +424,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         b.finish_and_clear();
     }
     let summary = probe.join()?;
+    drop(server);
 
     if let Some(path) = &cli.stats_json {
         let v = summary_json(&summary, &source_name, cli.threads);

@@ -1,0 +1,529 @@
+//! The HTTP server inside `sonde` (`--http ADDR:PORT`): a JSON REST API under `/api/v1/` over
+//! a running probe (interface counters and rates, hosts and flows with server-side sorting,
+//! filtering and paging), its OpenAPI document, and Prometheus metrics at `/metrics`.
+//!
+//! It runs on its own thread with a single-threaded runtime, so it never takes a core from the
+//! shards; snapshots of hosts and flows are taken by each shard between two batches.
+//!
+//! Until logins exist, it only listens on loopback addresses: [`check_addr`] refuses others.
+
+use axum::extract::{Query, State};
+use axum::http::{header, StatusCode};
+use axum::response::{IntoResponse, Response};
+use axum::routing::get;
+use axum::{Json, Router};
+use serde_json::{json, Value};
+use sonde_flow::{Flow, Host, ShardStats};
+use sonde_probe::ProbeView;
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+/// The OpenAPI document served at `/api/v1/openapi.json`.
+const OPENAPI: &str = include_str!("openapi.json");
+/// Page sizes are capped: a page is for people and scripts, not a dump.
+pub const MAX_LIMIT: usize = 10_000;
+
+/// Refuses addresses other than loopback: the API has no login yet, and traffic data must not
+/// be exposed by default.
+pub fn check_addr(addr: &SocketAddr) -> Result<(), String> {
+    if addr.ip().is_loopback() {
+        Ok(())
+    } else {
+        Err(format!(
+            "--http {addr}: sonde listens only on loopback (127.0.0.1 or ::1) until logins \
+             exist; use an SSH tunnel or a reverse proxy with authentication to reach it"
+        ))
+    }
+}
+
+/// What the server tells about itself.
+#[derive(Clone, Debug)]
+pub struct ServerInfo {
+    pub version: String,
+    /// The probe's input, as the summary names it (`file x.pcap`, `interface eth0`, ...).
+    pub source: String,
+}
+
+struct AppState {
+    view: ProbeView,
+    info: ServerInfo,
+    /// The last counters an `/interface` request saw, for rates between two requests.
+    last: Mutex<Option<(Instant, ShardStats)>>,
+}
+
+/// A running server; dropping it (or [`Server::stop`]) shuts it down.
+pub struct Server {
+    pub addr: SocketAddr,
+    shutdown: Option<tokio::sync::oneshot::Sender<()>>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl Server {
+    pub fn stop(mut self) {
+        self.shutdown_now();
+    }
+
+    fn shutdown_now(&mut self) {
+        if let Some(tx) = self.shutdown.take() {
+            let _ = tx.send(());
+        }
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.shutdown_now();
+    }
+}
+
+/// A listening socket, bound before the probe starts so a busy port is reported at once.
+pub struct Bound {
+    listener: std::net::TcpListener,
+    pub addr: SocketAddr,
+}
+
+/// Checks and binds `addr`.
+pub fn bind(addr: SocketAddr) -> Result<Bound, String> {
+    check_addr(&addr)?;
+    let listener = std::net::TcpListener::bind(addr).map_err(|e| {
+        format!("--http {addr}: cannot listen ({e}); is the port in use? pick another with --http")
+    })?;
+    listener
+        .set_nonblocking(true)
+        .map_err(|e| format!("--http {addr}: {e}"))?;
+    let addr = listener
+        .local_addr()
+        .map_err(|e| format!("--http {addr}: {e}"))?;
+    Ok(Bound { listener, addr })
+}
+
+/// Serves the API over `view` on a thread of its own.
+pub fn start(bound: Bound, view: ProbeView, info: ServerInfo) -> Result<Server, String> {
+    let Bound {
+        listener: std_listener,
+        addr: bound,
+    } = bound;
+    let state = Arc::new(AppState {
+        view,
+        info,
+        last: Mutex::new(None),
+    });
+    let (tx, rx) = tokio::sync::oneshot::channel::<()>();
+    let thread = std::thread::Builder::new()
+        .name("http".into())
+        .spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread()
+                .enable_io()
+                .enable_time()
+                .build()
+            {
+                Ok(rt) => rt,
+                Err(e) => {
+                    eprintln!("sonde: error: http server: {e}");
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                let listener = match tokio::net::TcpListener::from_std(std_listener) {
+                    Ok(l) => l,
+                    Err(e) => {
+                        eprintln!("sonde: error: http server: {e}");
+                        return;
+                    }
+                };
+                let app = router(state);
+                let _ = axum::serve(listener, app)
+                    .with_graceful_shutdown(async {
+                        let _ = rx.await;
+                    })
+                    .await;
+            });
+        })
+        .map_err(|e| format!("cannot start the http thread: {e}"))?;
+    Ok(Server {
+        addr: bound,
+        shutdown: Some(tx),
+        thread: Some(thread),
+    })
+}
+
+fn router(state: Arc<AppState>) -> Router {
+    Router::new()
+        .route("/api/v1/health", get(health))
+        .route("/api/v1/interface", get(interface))
+        .route("/api/v1/hosts", get(hosts))
+        .route("/api/v1/flows", get(flows))
+        .route("/api/v1/openapi.json", get(openapi))
+        .route("/metrics", get(metrics))
+        .fallback(not_found)
+        .with_state(state)
+}
+
+type Shared = State<Arc<AppState>>;
+
+fn error(status: StatusCode, message: String) -> Response {
+    (status, Json(json!({ "error": message }))).into_response()
+}
+
+/// A request the API cannot answer, and why (a small error type: handlers use `?`).
+struct ApiError(StatusCode, String);
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        error(self.0, self.1)
+    }
+}
+
+fn bad(message: String) -> ApiError {
+    ApiError(StatusCode::BAD_REQUEST, message)
+}
+
+async fn not_found() -> Response {
+    error(
+        StatusCode::NOT_FOUND,
+        "no such endpoint: see /api/v1/openapi.json".into(),
+    )
+}
+
+async fn openapi() -> Response {
+    ([(header::CONTENT_TYPE, "application/json")], OPENAPI).into_response()
+}
+
+async fn health(State(s): Shared) -> Json<Value> {
+    Json(json!({
+        "status": "ok",
+        "version": s.info.version,
+        "source": s.info.source,
+        "uptime_s": s.view.uptime().as_secs_f64(),
+    }))
+}
+
+fn total(view: &ProbeView) -> ShardStats {
+    let mut t = ShardStats::default();
+    for s in view.shard_stats() {
+        t.merge(&s);
+    }
+    t
+}
+
+async fn interface(State(s): Shared) -> Json<Value> {
+    let t = total(&s.view);
+    let now = Instant::now();
+    let rates = {
+        let mut last = s.last.lock().unwrap_or_else(|e| e.into_inner());
+        let r = last.as_ref().and_then(|(then, prev)| {
+            let dt = now.duration_since(*then).as_secs_f64();
+            (dt > 0.0).then(|| {
+                (
+                    t.packets.saturating_sub(prev.packets) as f64 / dt,
+                    t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
+                )
+            })
+        });
+        *last = Some((now, t));
+        r
+    };
+    let drops = s.view.capture_drops();
+    Json(json!({
+        "source": s.info.source,
+        "packets": t.packets,
+        "bytes": t.wire_bytes,
+        "ip_packets": t.ip_packets,
+        "ip_bytes": t.ip_bytes,
+        "non_ip": t.non_ip,
+        "malformed": t.malformed.iter().sum::<u64>(),
+        "dropped": t.dropped.iter().sum::<u64>(),
+        "capture_dropped": drops.dropped,
+        "interface_dropped": drops.if_dropped,
+        "flows_active": t.active_flows,
+        "flows_created": t.flows_created,
+        "hosts_active": t.active_hosts,
+        // Since the previous request (null on the first).
+        "packets_per_s": rates.map(|r| r.0),
+        "bits_per_s": rates.map(|r| r.1),
+    }))
+}
+
+/// Paging and sorting parameters every list takes.
+fn page(q: &HashMap<String, String>) -> Result<(usize, usize, bool), ApiError> {
+    let num = |k: &str, default: usize| -> Result<usize, ApiError> {
+        match q.get(k) {
+            None => Ok(default),
+            Some(v) => v
+                .parse::<usize>()
+                .map_err(|_| bad(format!("{k}={v:?}: not a non-negative number"))),
+        }
+    };
+    let offset = num("offset", 0)?;
+    let limit = num("limit", 50)?.min(MAX_LIMIT);
+    let desc = match q.get("order").map(String::as_str) {
+        None | Some("desc") => true,
+        Some("asc") => false,
+        Some(o) => return Err(bad(format!("order={o:?}: use asc or desc"))),
+    };
+    Ok((offset, limit, desc))
+}
+
+fn addr_text(addr: &[u8; 16], v: u8) -> String {
+    let mut s = String::new();
+    sonde_export::format_addr(&mut s, addr, v);
+    s
+}
+
+fn host_json(h: &Host) -> Value {
+    let mut mac = String::new();
+    if h.has_mac {
+        sonde_export::format_mac(&mut mac, &h.mac);
+    }
+    json!({
+        "ip": addr_text(&h.key.addr, h.key.ip_version),
+        "vlan": h.key.vlan,
+        "mac": if h.has_mac { Value::from(mac) } else { Value::Null },
+        "sent_bytes": h.sent_bytes,
+        "sent_packets": h.sent_pkts,
+        "rcvd_bytes": h.rcvd_bytes,
+        "rcvd_packets": h.rcvd_pkts,
+        "flows_as_client": h.flows_as_client,
+        "flows_as_server": h.flows_as_server,
+        "active_flows": h.active_flows,
+        "first_seen": h.first_ns / 1_000_000_000,
+        "last_seen": h.last_ns / 1_000_000_000,
+    })
+}
+
+/// `GET /api/v1/hosts?sort=bytes&order=desc&offset=0&limit=50&q=10.0.`
+async fn hosts(
+    State(s): Shared,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let (offset, limit, desc) = page(&q)?;
+    type Key = fn(&Host) -> u64;
+    let key: Key = match q.get("sort").map(String::as_str).unwrap_or("bytes") {
+        "bytes" => |h| h.sent_bytes + h.rcvd_bytes,
+        "packets" => |h| h.sent_pkts + h.rcvd_pkts,
+        "sent_bytes" => |h| h.sent_bytes,
+        "rcvd_bytes" => |h| h.rcvd_bytes,
+        "flows" => |h| (h.flows_as_client + h.flows_as_server) as u64,
+        "active_flows" => |h| h.active_flows as u64,
+        "first_seen" => |h| h.first_ns,
+        "last_seen" => |h| h.last_ns,
+        other => {
+            return Err(bad(format!(
+                "sort={other:?}: use bytes, packets, sent_bytes, rcvd_bytes, flows, \
+                     active_flows, first_seen or last_seen"
+            )))
+        }
+    };
+    let filter = q.get("q").cloned().unwrap_or_default();
+    let view = s.view.clone();
+    let all = match tokio::task::spawn_blocking(move || view.snapshot_hosts()).await {
+        Ok(h) => h,
+        Err(e) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    };
+    let mut hs: Vec<(String, Host)> = all
+        .into_iter()
+        .map(|h| (addr_text(&h.key.addr, h.key.ip_version), h))
+        .filter(|(ip, _)| filter.is_empty() || ip.contains(&filter))
+        .collect();
+    hs.sort_by(|a, b| {
+        let o = key(&a.1).cmp(&key(&b.1)).then_with(|| b.0.cmp(&a.0));
+        if desc {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    let total = hs.len();
+    let page: Vec<Value> = hs
+        .iter()
+        .skip(offset)
+        .take(limit)
+        .map(|(_, h)| host_json(h))
+        .collect();
+    Ok(
+        Json(json!({ "total": total, "offset": offset, "limit": limit, "hosts": page }))
+            .into_response(),
+    )
+}
+
+fn flow_json(f: &Flow) -> Value {
+    let c = f.client_dir();
+    let s = 1 - c;
+    let (ca, sa, cp, sp) = if c == 0 {
+        (&f.key.addr_a, &f.key.addr_b, f.key.port_a, f.key.port_b)
+    } else {
+        (&f.key.addr_b, &f.key.addr_a, f.key.port_b, f.key.port_a)
+    };
+    json!({
+        "client": addr_text(ca, f.key.ip_version),
+        "client_port": cp,
+        "server": addr_text(sa, f.key.ip_version),
+        "server_port": sp,
+        "protocol": f.key.proto,
+        "vlan": f.key.vlan,
+        "application": if f.dpi_done { Value::from(f.l7.name()) } else { Value::Null },
+        "client_bytes": f.bytes[c],
+        "client_packets": f.pkts[c],
+        "server_bytes": f.bytes[s],
+        "server_packets": f.pkts[s],
+        "first_seen_ms": f.first_ns / 1_000_000,
+        "last_seen_ms": f.last_ns / 1_000_000,
+    })
+}
+
+/// `GET /api/v1/flows?host=10.0.0.1&port=443&proto=6&app=TLS&sort=bytes&limit=50`
+async fn flows(
+    State(s): Shared,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let (offset, limit, desc) = page(&q)?;
+    type Key = fn(&Flow) -> u64;
+    let key: Key = match q.get("sort").map(String::as_str).unwrap_or("bytes") {
+        "bytes" => |f| f.bytes[0] + f.bytes[1],
+        "packets" => |f| f.pkts[0] + f.pkts[1],
+        "first_seen" => |f| f.first_ns,
+        "last_seen" => |f| f.last_ns,
+        other => {
+            return Err(bad(format!(
+                "sort={other:?}: use bytes, packets, first_seen or last_seen"
+            )))
+        }
+    };
+    let num = |k: &str| -> Result<Option<u64>, ApiError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(format!("{k}={v:?}: not a number")))
+            })
+            .transpose()
+    };
+    let (port, proto, vlan) = (num("port")?, num("proto")?, num("vlan")?);
+    let host = q.get("host").cloned();
+    let app = match q.get("app") {
+        None => None,
+        Some(a) => match a
+            .parse::<u16>()
+            .ok()
+            .or_else(|| sonde_dpi::Proto::from_name(a).map(|p| p.0))
+        {
+            Some(id) => Some(id),
+            None => return Err(bad(format!("app={a:?}: not an application sonde knows"))),
+        },
+    };
+    let view = s.view.clone();
+    let all = match tokio::task::spawn_blocking(move || view.snapshot_flows()).await {
+        Ok(f) => f,
+        Err(e) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
+    };
+    let mut fs: Vec<Flow> = all
+        .into_iter()
+        .filter(|f| {
+            let k = &f.key;
+            port.is_none_or(|p| u64::from(k.port_a) == p || u64::from(k.port_b) == p)
+                && proto.is_none_or(|p| u64::from(k.proto) == p)
+                && vlan.is_none_or(|v| u64::from(k.vlan) == v)
+                && app.is_none_or(|a| f.dpi_done && (f.l7.proto.0 == a || f.l7.app.0 == a))
+                && host.as_deref().is_none_or(|h| {
+                    addr_text(&k.addr_a, k.ip_version) == h
+                        || addr_text(&k.addr_b, k.ip_version) == h
+                })
+        })
+        .collect();
+    fs.sort_by(|a, b| {
+        let tie = |f: &Flow| {
+            (
+                f.key.addr_a,
+                f.key.addr_b,
+                f.key.port_a,
+                f.key.port_b,
+                f.key.proto,
+            )
+        };
+        let o = key(a).cmp(&key(b)).then_with(|| tie(a).cmp(&tie(b)));
+        if desc {
+            o.reverse()
+        } else {
+            o
+        }
+    });
+    let total = fs.len();
+    let page: Vec<Value> = fs.iter().skip(offset).take(limit).map(flow_json).collect();
+    Ok(
+        Json(json!({ "total": total, "offset": offset, "limit": limit, "flows": page }))
+            .into_response(),
+    )
+}
+
+/// Prometheus text format, one series per shard and the totals.
+async fn metrics(State(s): Shared) -> Response {
+    use std::fmt::Write;
+    let shards = s.view.shard_stats();
+    let mut out = String::new();
+    let mut family = |name: &str, kind: &str, help: &str, get: &dyn Fn(&ShardStats) -> u64| {
+        let _ = writeln!(
+            out,
+            "# HELP sonde_{name} {help}\n# TYPE sonde_{name} {kind}"
+        );
+        for (i, st) in shards.iter().enumerate() {
+            let _ = writeln!(out, "sonde_{name}{{shard=\"{i}\"}} {}", get(st));
+        }
+    };
+    family("packets_total", "counter", "Packets seen.", &|s| s.packets);
+    family("bytes_total", "counter", "Bytes on the wire.", &|s| {
+        s.wire_bytes
+    });
+    family(
+        "ip_packets_total",
+        "counter",
+        "IP packets counted in flows.",
+        &|s| s.ip_packets,
+    );
+    family(
+        "ip_bytes_total",
+        "counter",
+        "IP bytes counted in flows.",
+        &|s| s.ip_bytes,
+    );
+    family("malformed_total", "counter", "Malformed packets.", &|s| {
+        s.malformed.iter().sum()
+    });
+    family(
+        "dropped_total",
+        "counter",
+        "Packets dropped by sonde (table full, filtered).",
+        &|s| s.dropped.iter().sum(),
+    );
+    family("flows_created_total", "counter", "Flows created.", &|s| {
+        s.flows_created
+    });
+    family("flows_active", "gauge", "Flows in the flow tables.", &|s| {
+        s.active_flows
+    });
+    family(
+        "hosts_active",
+        "gauge",
+        "Hosts in a shard's host table.",
+        &|s| s.active_hosts,
+    );
+    family(
+        "table_memory_bytes",
+        "gauge",
+        "Memory of the flow and host tables.",
+        &|s| s.table_memory,
+    );
+    let d = s.view.capture_drops();
+    let _ = writeln!(
+        out,
+        "# HELP sonde_capture_dropped_total Packets the capture dropped (kernel buffer full).\n\
+         # TYPE sonde_capture_dropped_total counter\nsonde_capture_dropped_total {}\n\
+         # HELP sonde_interface_dropped_total Packets the interface dropped.\n\
+         # TYPE sonde_interface_dropped_total counter\nsonde_interface_dropped_total {}",
+        d.dropped, d.if_dropped
+    );
+    ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}

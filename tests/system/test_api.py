@@ -1,0 +1,186 @@
+"""The REST API (`--http`): answers checked against tshark and against sonde's own final
+counters; sorting, paging, filters and errors; Prometheus metrics; loopback only."""
+
+from __future__ import annotations
+
+import json
+import re
+import signal
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import oracle
+
+
+def _port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def _get(base, path):
+    with urllib.request.urlopen(base + path, timeout=10) as r:
+        body = r.read().decode()
+        return r.status, r.headers.get("Content-Type", ""), body
+
+
+def _json(base, path):
+    status, _, body = _get(base, path)
+    assert status == 200
+    return json.loads(body)
+
+
+def _error(base, path):
+    try:
+        _get(base, path)
+    except urllib.error.HTTPError as e:
+        return e.code, json.loads(e.read().decode())
+    raise AssertionError(f"{path} did not fail")
+
+
+def _tshark_endpoints(pcap):
+    out = oracle.tshark(["-r", str(pcap), "-q", "-z", "endpoints,ip"])
+    eps = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\d+\.\d+\.\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", line.strip())
+        if m:
+            eps[m.group(1)] = (int(m.group(4)), int(m.group(6)))  # tx, rx packets
+    return eps
+
+
+class Served:
+    def __init__(self, proc, base, pcap, packets, stats):
+        self.proc, self.base, self.pcap, self.packets, self.stats = proc, base, pcap, packets, stats
+
+    def stop(self):
+        """Ctrl-C: sonde ends, writes its summary, and it is returned."""
+        if self.proc.poll() is None:
+            self.proc.send_signal(signal.SIGINT)
+        _, err = self.proc.communicate(timeout=30)
+        assert self.proc.returncode == 0, err
+        return json.loads(self.stats.read_text())
+
+
+@pytest.fixture
+def served(sonde_bin, corpus, workdir):
+    pcap = corpus / "http_connect.pcap"
+    if not pcap.exists():
+        pytest.skip("http_connect.pcap not in the corpus")
+    port = _port()
+    stats = workdir / "stats.json"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--duration", "60",
+         "--stats-json", stats, "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    want = oracle.capinfos_packets(str(pcap))
+    deadline = time.time() + 20
+    while True:
+        try:
+            if _json(base, "/api/v1/interface")["packets"] == want:
+                break
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        assert time.time() < deadline, "the API never showed the whole file"
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+    s = Served(proc, base, pcap, want, stats)
+    yield s
+    if proc.poll() is None:
+        s.stop()
+
+
+def test_api_answers_equal_tshark_and_the_engine(served):
+    base, pcap, want = served.base, served.pcap, served.packets
+    health = _json(base, "/api/v1/health")
+    assert health["status"] == "ok" and str(pcap) in health["source"]
+    iface = _json(base, "/api/v1/interface")
+    assert iface["packets"] == want
+    time.sleep(0.2)
+    iface2 = _json(base, "/api/v1/interface")
+    assert iface2["packets_per_s"] == 0 and iface2["bits_per_s"] == 0  # the file is over
+    # Hosts: every IPv4 endpoint tshark sees, with its packets each way.
+    eps = _tshark_endpoints(pcap)
+    hosts = _json(base, "/api/v1/hosts?limit=1000")
+    got = {h["ip"]: (h["sent_packets"], h["rcvd_packets"]) for h in hosts["hosts"]}
+    assert got == eps
+    assert hosts["total"] == len(eps)
+    # Sorted by bytes, descending by default; paging is a window of the same order.
+    by = [h["sent_bytes"] + h["rcvd_bytes"] for h in hosts["hosts"]]
+    assert by == sorted(by, reverse=True)
+    second = _json(base, "/api/v1/hosts?limit=1&offset=1")["hosts"]
+    assert second == hosts["hosts"][1:2]
+    asc = _json(base, "/api/v1/hosts?sort=packets&order=asc&limit=1000")["hosts"]
+    pk = [h["sent_packets"] + h["rcvd_packets"] for h in asc]
+    assert pk == sorted(pk)
+    one = _json(base, "/api/v1/hosts?q=192.168.1.1")["hosts"]
+    assert {h["ip"] for h in one} == {ip for ip in eps if "192.168.1.1" in ip}
+    # Flows: a filter narrows the table to what it names.
+    flows = _json(base, "/api/v1/flows?limit=1000")
+    assert flows["total"] == len(flows["flows"]) > 1
+    host = "192.168.1.103"
+    mine = _json(base, f"/api/v1/flows?host={host}&limit=1000")
+    assert 0 < mine["total"] < flows["total"]
+    assert all(host in (f["client"], f["server"]) for f in mine["flows"])
+    assert mine["total"] == sum(1 for f in flows["flows"] if host in (f["client"], f["server"]))
+    udp = _json(base, "/api/v1/flows?proto=17&limit=1000")["flows"]
+    assert all(f["protocol"] == 17 for f in udp)
+    # Metrics agree with the interface view.
+    status, ctype, text = _get(base, "/metrics")
+    assert ctype.startswith("text/plain")
+    m = {}
+    for line in text.splitlines():
+        if line and not line.startswith("#"):
+            name, value = line.rsplit(" ", 1)
+            m[name] = int(value)
+    assert m['sonde_packets_total{shard="0"}'] == want
+    assert m['sonde_flows_active{shard="0"}'] == flows["total"]
+    # The OpenAPI document lists every endpoint.
+    doc = _json(base, "/api/v1/openapi.json")
+    assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
+                                 "/api/v1/flows", "/metrics"}
+    # Bad requests say what is wrong.
+    for path, says in [("/api/v1/hosts?sort=size", "sort"), ("/api/v1/hosts?limit=-1", "limit"),
+                       ("/api/v1/flows?order=up", "order"), ("/api/v1/flows?app=NoSuchApp", "app"),
+                       ("/api/v1/flows?port=http", "port")]:
+        code, body = _error(base, path)
+        assert code == 400 and says in body["error"], (path, body)
+    code, body = _error(base, "/api/v1/nothing")
+    assert code == 404 and "openapi" in body["error"]
+
+
+def test_api_counts_equal_the_final_summary(served):
+    base = served.base
+    iface = _json(base, "/api/v1/interface")
+    flows = _json(base, "/api/v1/flows?limit=10000")
+    hosts = _json(base, "/api/v1/hosts?limit=10000")
+    final = served.stop()
+    for k in ("packets", "ip_packets", "ip_bytes"):
+        assert iface[k] == final[k], k
+    # The flows live when it stopped are the ones flushed at the end.
+    assert flows["total"] == final["flows"]["ended"]["end_of_capture"]
+    assert sum(f["client_packets"] + f["server_packets"] for f in flows["flows"]) == final["ip_packets"]
+    assert hosts["total"] == final["hosts"]["distinct"]
+    assert sum(h["sent_bytes"] for h in hosts["hosts"]) == final["ip_bytes"]
+
+
+def test_exposed_address_is_refused(sonde, corpus):
+    pcap = corpus / "http_connect.pcap"
+    for addr in ("0.0.0.0:3000", "[::]:3000"):
+        p = sonde("-r", pcap, "--http", addr)
+        assert p.returncode != 0 and "loopback" in p.stderr, p.stderr
+    # A busy port is reported before anything runs.
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen()
+    busy = s.getsockname()[1]
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{busy}")
+    s.close()
+    assert p.returncode != 0 and "cannot listen" in p.stderr, p.stderr
