@@ -145,7 +145,30 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     # The OpenAPI document lists every endpoint.
     doc = _json(base, "/api/v1/openapi.json")
     assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
-                                 "/api/v1/flows", "/metrics"}
+                                 "/api/v1/flows", "/api/v1/hosts/{ip}", "/api/v1/top/{what}",
+                                 "/api/v1/series", "/metrics"}
+    # One host: its counters, its flows and peers, as the lists say.
+    ip = "192.168.1.103"
+    page = _json(base, f"/api/v1/hosts/{ip}")
+    assert [h["sent_packets"] for h in page["host"]] == [eps[ip][0]]
+    assert page["flows_total"] == mine["total"]
+    assert sum(p["flows"] for p in page["peers"]) == mine["total"]
+    assert sum(p["bytes"] for p in page["applications"]) == sum(
+        f["client_bytes"] + f["server_bytes"] for f in mine["flows"])
+    assert _error(base, "/api/v1/hosts/10.9.9.9")[0] == 404
+    assert _error(base, "/api/v1/hosts/not-an-ip")[0] == 400
+    # Top lists: talkers are the hosts by bytes sent; applications add up to all flows.
+    talkers = _json(base, "/api/v1/top/talkers?n=2")["rows"]
+    by_sent = sorted(hosts["hosts"], key=lambda h: (-h["sent_bytes"], h["ip"]))[:2]
+    assert [(t["ip"], t["bytes"]) for t in talkers] == [(h["ip"], h["sent_bytes"]) for h in by_sent]
+    apps = _json(base, "/api/v1/top/applications?n=100")["rows"]
+    assert sum(a["flows"] for a in apps) == flows["total"]
+    protos = _json(base, "/api/v1/top/protocols")["rows"]
+    assert sum(p["bytes"] for p in protos) == sum(f["client_bytes"] + f["server_bytes"] for f in flows["flows"])
+    assert _error(base, "/api/v1/top/everything")[0] == 404
+    # No --data-dir: no time series, and the API says why.
+    code, body = _error(base, "/api/v1/series")
+    assert code == 404 and "--data-dir" in body["error"]
     # Bad requests say what is wrong.
     for path, says in [("/api/v1/hosts?sort=size", "sort"), ("/api/v1/hosts?limit=-1", "limit"),
                        ("/api/v1/flows?order=up", "order"), ("/api/v1/flows?app=NoSuchApp", "app"),
@@ -169,6 +192,38 @@ def test_api_counts_equal_the_final_summary(served):
     assert sum(f["client_packets"] + f["server_packets"] for f in flows["flows"]) == final["ip_packets"]
     assert hosts["total"] == final["hosts"]["distinct"]
     assert sum(h["sent_bytes"] for h in hosts["hosts"]) == final["ip_bytes"]
+
+
+def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
+    pcap = corpus / "dns_doh.pcap"
+    if not pcap.exists():
+        pytest.skip("dns_doh.pcap not in the corpus")
+    port = _port()
+    data = workdir / "data"
+    stats = workdir / "stats.json"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--duration", "3",
+         "--data-dir", data, "--stats-json", stats, "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    # The rows are written as the shards close their seconds; the last when the run ends, so
+    # read while it lingers: what is there adds up to no more than the engine's counters.
+    deadline = time.time() + 10
+    points = []
+    while time.time() < deadline and not points:
+        try:
+            got = _json(base, "/api/v1/series?resolution=1s&from=1571089000&to=1571089300")
+            points = [p for p in got["points"] if p["value"] is not None]
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        time.sleep(0.2)
+    _, err = proc.communicate(timeout=30)
+    assert proc.returncode == 0, err
+    final = json.loads(stats.read_text())
+    assert points, "no series rows while running"
+    assert got["resolution"] == "1s" and got["metrics"][0] == "bytes_in"
+    assert sum(p["value"][0] + p["value"][1] for p in points) <= final["ip_bytes"]
+    assert any(p["value"] is None for p in got["points"]), "gaps are null"
 
 
 def test_exposed_address_is_refused(sonde, corpus):

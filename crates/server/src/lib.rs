@@ -44,6 +44,8 @@ pub struct ServerInfo {
     pub version: String,
     /// The probe's input, as the summary names it (`file x.pcap`, `interface eth0`, ...).
     pub source: String,
+    /// The data directory (`--data-dir`), for time series.
+    pub data_dir: Option<std::path::PathBuf>,
 }
 
 struct AppState {
@@ -158,6 +160,9 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/interface", get(interface))
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/flows", get(flows))
+        .route("/api/v1/hosts/{ip}", get(host))
+        .route("/api/v1/top/{what}", get(top))
+        .route("/api/v1/series", get(series))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -457,6 +462,251 @@ async fn flows(
         Json(json!({ "total": total, "offset": offset, "limit": limit, "flows": page }))
             .into_response(),
     )
+}
+
+/// Adds `f`'s bytes (both ways) and one flow to `key`'s row of `t`.
+fn tally<K: std::hash::Hash + Eq>(t: &mut HashMap<K, (u64, u64)>, key: K, f: &Flow) {
+    let e = t.entry(key).or_default();
+    e.0 += f.bytes[0] + f.bytes[1];
+    e.1 += 1;
+}
+
+/// Rows of a tally, largest first (ties by name), at most `n`.
+fn ranked(t: HashMap<String, (u64, u64)>, label: &str, n: usize) -> Vec<Value> {
+    let mut v: Vec<(String, (u64, u64))> = t.into_iter().collect();
+    v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+    v.into_iter()
+        .take(n)
+        .map(|(k, (bytes, flows))| json!({ label: k, "bytes": bytes, "flows": flows }))
+        .collect()
+}
+
+fn app_name(f: &Flow) -> String {
+    if f.dpi_done {
+        f.l7.name()
+    } else {
+        "Unknown".into()
+    }
+}
+
+async fn snapshot(view: &ProbeView) -> Result<(Vec<Host>, Vec<Flow>), ApiError> {
+    let v = view.clone();
+    tokio::task::spawn_blocking(move || (v.snapshot_hosts(), v.snapshot_flows()))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
+}
+
+/// `GET /api/v1/hosts/{ip}`: one host (each VLAN it was seen on), its flows, peers,
+/// applications and server ports.
+async fn host(
+    State(s): Shared,
+    axum::extract::Path(ip): axum::extract::Path<String>,
+) -> Result<Response, ApiError> {
+    if ip.parse::<std::net::IpAddr>().is_err() {
+        return Err(bad(format!("{ip:?} is not an IP address")));
+    }
+    let (hosts, flows) = snapshot(&s.view).await?;
+    let mine: Vec<Value> = hosts
+        .iter()
+        .filter(|h| addr_text(&h.key.addr, h.key.ip_version) == ip)
+        .map(host_json)
+        .collect();
+    if mine.is_empty() {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("no live host {ip}"),
+        ));
+    }
+    let mut fl: Vec<&Flow> = Vec::new();
+    let (mut peers, mut apps, mut ports) = (HashMap::new(), HashMap::new(), HashMap::new());
+    for f in &flows {
+        let (a, b) = (
+            addr_text(&f.key.addr_a, f.key.ip_version),
+            addr_text(&f.key.addr_b, f.key.ip_version),
+        );
+        let peer = if a == ip {
+            b
+        } else if b == ip {
+            a
+        } else {
+            continue;
+        };
+        fl.push(f);
+        tally(&mut peers, peer, f);
+        tally(&mut apps, app_name(f), f);
+        let sp = if f.client_dir() == 0 {
+            f.key.port_b
+        } else {
+            f.key.port_a
+        };
+        tally(&mut ports, format!("{}/{}", sp, f.key.proto), f);
+    }
+    fl.sort_by(|a, b| (b.bytes[0] + b.bytes[1]).cmp(&(a.bytes[0] + a.bytes[1])));
+    Ok(Json(json!({
+        "host": mine,
+        "flows_total": fl.len(),
+        "flows": fl.iter().take(100).map(|f| flow_json(f)).collect::<Vec<_>>(),
+        "peers": ranked(peers, "ip", 50),
+        "applications": ranked(apps, "application", 50),
+        "server_ports": ranked(ports, "port", 50),
+    }))
+    .into_response())
+}
+
+/// `GET /api/v1/top/{talkers|destinations|applications|ports|protocols}?n=10`.
+async fn top(
+    State(s): Shared,
+    axum::extract::Path(what): axum::extract::Path<String>,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    let n = match q.get("n") {
+        None => 10,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| bad(format!("n={v:?}: not a non-negative number")))?
+            .min(MAX_LIMIT),
+    };
+    if ![
+        "talkers",
+        "destinations",
+        "applications",
+        "ports",
+        "protocols",
+    ]
+    .contains(&what.as_str())
+    {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!(
+                "no top list {what:?}: talkers, destinations, applications, ports or protocols"
+            ),
+        ));
+    }
+    let (hosts, flows) = snapshot(&s.view).await?;
+    let rows = match what.as_str() {
+        "talkers" | "destinations" => {
+            let sent = what == "talkers";
+            let mut t: HashMap<String, (u64, u64)> = HashMap::new();
+            for h in &hosts {
+                let e = t
+                    .entry(addr_text(&h.key.addr, h.key.ip_version))
+                    .or_default();
+                e.0 += if sent { h.sent_bytes } else { h.rcvd_bytes };
+                e.1 += u64::from(if sent {
+                    h.flows_as_client
+                } else {
+                    h.flows_as_server
+                });
+            }
+            ranked(t, "ip", n)
+        }
+        "applications" => {
+            let mut t = HashMap::new();
+            for f in &flows {
+                tally(&mut t, app_name(f), f);
+            }
+            ranked(t, "application", n)
+        }
+        "ports" => {
+            let mut t = HashMap::new();
+            for f in &flows {
+                let sp = if f.client_dir() == 0 {
+                    f.key.port_b
+                } else {
+                    f.key.port_a
+                };
+                tally(&mut t, format!("{}/{}", sp, f.key.proto), f);
+            }
+            ranked(t, "port", n)
+        }
+        _ => {
+            let mut t = HashMap::new();
+            for f in &flows {
+                tally(&mut t, f.key.proto.to_string(), f);
+            }
+            ranked(t, "protocol", n)
+        }
+    };
+    Ok(Json(json!({ "top": what, "rows": rows })).into_response())
+}
+
+/// `GET /api/v1/series?family=interface&key=total&from=UNIX&to=UNIX&resolution=auto`: a time
+/// series from the data directory (gaps are `null`).
+async fn series(
+    State(s): Shared,
+    Query(q): Query<HashMap<String, String>>,
+) -> Result<Response, ApiError> {
+    use sonde_history::series::{Family, Resolution, SeriesReader};
+    let Some(dir) = s.info.data_dir.clone() else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            "no time series: sonde was started without --data-dir".into(),
+        ));
+    };
+    let family_name = q.get("family").map_or("interface", String::as_str);
+    let family = Family::from_name(family_name).ok_or_else(|| {
+        bad(format!(
+            "family={family_name:?}: use interface, hosts, apps or exporters"
+        ))
+    })?;
+    let key = q.get("key").cloned().unwrap_or_else(|| "total".into());
+    let num = |k: &str| -> Result<Option<u64>, ApiError> {
+        q.get(k)
+            .map(|v| {
+                v.parse::<u64>()
+                    .map_err(|_| bad(format!("{k}={v:?}: Unix seconds expected")))
+            })
+            .transpose()
+    };
+    let (from, to) = (num("from")?, num("to")?);
+    let res_name = q
+        .get("resolution")
+        .map_or("auto", String::as_str)
+        .to_string();
+    let res = match res_name.as_str() {
+        "auto" => None,
+        name => Some(
+            Resolution::ALL
+                .into_iter()
+                .find(|r| r.name() == name)
+                .ok_or_else(|| bad(format!("resolution={name:?}: use 1s, 1m, 1h, 1d or auto")))?,
+        ),
+    };
+    let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+        let mut r = SeriesReader::open(&dir).map_err(|e| e.to_string())?;
+        let newest = r.committed().map_err(|e| e.to_string())?.unwrap_or(0);
+        let to = to.unwrap_or(newest + 1);
+        let from = from.unwrap_or(to.saturating_sub(3600));
+        let (res, points) = match res {
+            None => r.read_auto(family, &key, from, to),
+            Some(res) => r.read(family, &key, res, from, to).map(|p| (res, p)),
+        }
+        .map_err(|e| e.to_string())?;
+        let pts: Vec<Value> = points
+            .iter()
+            .map(|p| match &p.sample {
+                None => json!({ "t": p.t, "value": null }),
+                Some(x) => json!({
+                    "t": p.t,
+                    "value": x.sum.to_array(),
+                    "min": x.min.to_array(),
+                    "max": x.max.to_array(),
+                    "seconds": x.seconds,
+                }),
+            })
+            .collect();
+        Ok(json!({
+            "family": family.name(),
+            "key": key,
+            "resolution": res.name(),
+            "metrics": ["bytes_in", "bytes_out", "packets_in", "packets_out", "flows"],
+            "points": pts,
+        }))
+    })
+    .await
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    Ok(Json(result).into_response())
 }
 
 /// Prometheus text format, one series per shard and the totals.

@@ -354,6 +354,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             let info = sonde_server::ServerInfo {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 source: source_name.clone(),
+                data_dir: cli.data_dir.clone(),
             };
             let s = sonde_server::start(addr, probe.view(), info).map_err(anyhow::Error::msg)?;
             if !cli.quiet {
