@@ -159,6 +159,13 @@ def test_corrupted_and_foreign_files_are_named(sonde, corpus, workdir):
     assert p.returncode != 0 and "thesis.tex" in p.stderr, p.stderr
     q = sonde("query", "--data-dir", workdir / "nothing-here", "flows")
     assert q.returncode != 0 and "not a sonde data directory" in q.stderr, q.stderr
+    # Time series retention: four row counts, each large enough to rebuild its rollups.
+    fresh = workdir / "fresh"
+    for bad, says in [("1,2,3", "four row counts"), ("10,60,24,1", "retention")]:
+        p = sonde("-r", pcap, "--data-dir", fresh, "--series-retention", bad, "-q")
+        assert p.returncode != 0 and says in p.stderr, p.stderr
+    p = sonde("-r", pcap, "--data-dir", fresh, "--series-retention", "120,60,24,7", "-q")
+    assert p.returncode == 0, p.stderr
 
 
 def _series(sonde, data, *args):

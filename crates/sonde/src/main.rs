@@ -91,6 +91,10 @@ struct Cli {
     /// 'sonde query --data-dir DIR flows|hosts|apps|series').
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Time series retention, in rows of each resolution: 1 s,1 min,1 h,1 day (default
+    /// 3600,10080,8760,1826: an hour, a week, a year, five years).
+    #[arg(long, value_name = "S,M,H,D")]
+    series_retention: Option<String>,
     /// Flow history retention: delete flows older than this many days (0: no age limit).
     #[arg(long, default_value_t = 30.0, value_name = "DAYS")]
     history_max_age: f64,
@@ -318,7 +322,23 @@ fn run(cli: Cli) -> Result<ExitCode> {
             max_bytes: (cli.history_max_size * (1u64 << 30) as f64) as u64,
             ..Default::default()
         };
-        cfg.series = Some((dir.clone(), sonde_history::series::Config::default()));
+        let mut series = sonde_history::series::Config::default();
+        if let Some(text) = &cli.series_retention {
+            let rows: Vec<u32> = text
+                .split(',')
+                .map(|v| v.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .ok()
+                .filter(|v: &Vec<u32>| v.len() == 4)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--series-retention '{text}': give four row counts, for 1 s, 1 min, 1 h \
+                         and 1 day, e.g. 3600,10080,8760,1826"
+                    )
+                })?;
+            series.slots = [rows[0], rows[1], rows[2], rows[3]];
+        }
+        cfg.series = Some((dir.clone(), series));
         cfg.extra_sinks.push(std::sync::Arc::new(move || {
             HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
         }));
