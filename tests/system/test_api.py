@@ -146,7 +146,7 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     doc = _json(base, "/api/v1/openapi.json")
     assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
                                  "/api/v1/flows", "/api/v1/hosts/{ip}", "/api/v1/top/{what}",
-                                 "/api/v1/series", "/metrics"}
+                                 "/api/v1/series", "/api/v1/events", "/metrics"}
     # One host: its counters, its flows and peers, as the lists say.
     ip = "192.168.1.103"
     page = _json(base, f"/api/v1/hosts/{ip}")
@@ -224,6 +224,43 @@ def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
     assert got["resolution"] == "1s" and got["metrics"][0] == "bytes_in"
     assert sum(p["value"][0] + p["value"][1] for p in points) <= final["ip_bytes"]
     assert any(p["value"] is None for p in got["points"]), "gaps are null"
+
+
+def test_events_stream_live_counters(sonde_bin, corpus):
+    """Server-Sent Events: one `interface` event a second, counters that only grow, while a
+    capture is replayed at its own pace."""
+    pcap = corpus / "tor.pcap"  # about ten minutes at its own pace: traffic all along
+    if not pcap.exists():
+        pytest.skip("tor.pcap not in the corpus")
+    port = _port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", pcap, "--replay", "realtime", "--http", f"127.0.0.1:{port}",
+         "--duration", "20", "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                resp = urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/events", timeout=10)
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline
+                time.sleep(0.1)
+        assert resp.headers.get("Content-Type", "").startswith("text/event-stream")
+        events = []
+        t0 = time.time()
+        while len(events) < 3:
+            line = resp.readline().decode().strip()
+            if line.startswith("data:"):
+                events.append(json.loads(line[5:]))
+        elapsed = time.time() - t0
+        resp.close()
+        assert 1.5 < elapsed < 6, elapsed
+        pk = [e["packets"] for e in events]
+        assert pk == sorted(pk) and all(e["packets_per_s"] >= 0 for e in events)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
 
 
 def test_exposed_address_is_refused(sonde, corpus):

@@ -163,6 +163,7 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/hosts/{ip}", get(host))
         .route("/api/v1/top/{what}", get(top))
         .route("/api/v1/series", get(series))
+        .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
         .fallback(not_found)
@@ -707,6 +708,39 @@ async fn series(
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
     .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
     Ok(Json(result).into_response())
+}
+
+/// `GET /api/v1/events`: Server-Sent Events, one `interface` event a second with the
+/// counters of `/api/v1/interface` and the rates over that second, for live charts.
+async fn events(
+    State(s): Shared,
+) -> axum::response::sse::Sse<
+    impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
+> {
+    use axum::response::sse::{Event, KeepAlive, Sse};
+    let view = s.view.clone();
+    let start = (Instant::now(), total(&view));
+    let stream = futures_util::stream::unfold(start, move |(then, prev)| {
+        let view = view.clone();
+        async move {
+            tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            let now = Instant::now();
+            let t = total(&view);
+            let dt = now.duration_since(then).as_secs_f64().max(1e-9);
+            let data = json!({
+                "packets": t.packets,
+                "bytes": t.wire_bytes,
+                "flows_active": t.active_flows,
+                "hosts_active": t.active_hosts,
+                "dropped": t.dropped.iter().sum::<u64>(),
+                "packets_per_s": t.packets.saturating_sub(prev.packets) as f64 / dt,
+                "bits_per_s": t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
+            });
+            let event = Event::default().event("interface").data(data.to_string());
+            Some((Ok(event), (now, t)))
+        }
+    });
+    Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
 /// Prometheus text format, one series per shard and the totals.
