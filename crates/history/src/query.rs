@@ -87,16 +87,6 @@ pub enum Metric {
     Flows,
 }
 
-impl Metric {
-    pub fn parse(s: &str) -> Option<Metric> {
-        match s {
-            "bytes" => Some(Metric::Bytes),
-            "packets" => Some(Metric::Packets),
-            "flows" => Some(Metric::Flows),
-            _ => None,
-        }
-    }
-}
 
 use crate::totals::{merge_sorted, SegmentTotals};
 pub use crate::totals::{AppId, HostId, Totals};
