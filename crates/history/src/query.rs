@@ -87,7 +87,6 @@ pub enum Metric {
     Flows,
 }
 
-
 use crate::totals::{merge_sorted, SegmentTotals};
 pub use crate::totals::{AppId, HostId, Totals};
 
