@@ -1,5 +1,6 @@
 """The REST API (`--http`): answers checked against tshark and against sonde's own final
-counters; sorting, paging, filters and errors; Prometheus metrics; loopback only."""
+counters; sorting, paging, filters and errors; Prometheus metrics; loopback only without
+logins (logins themselves: test_auth.py)."""
 
 from __future__ import annotations
 
@@ -76,7 +77,7 @@ def served(sonde_bin, corpus, workdir):
     port = _port()
     stats = workdir / "stats.json"
     proc = subprocess.Popen(
-        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--duration", "60",
+        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--no-auth", "--duration", "60",
          "--stats-json", stats, "-q"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -202,7 +203,7 @@ def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
     data = workdir / "data"
     stats = workdir / "stats.json"
     proc = subprocess.Popen(
-        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--duration", "3",
+        [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--no-auth", "--duration", "3",
          "--data-dir", data, "--stats-json", stats, "-q"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
@@ -234,7 +235,7 @@ def test_events_stream_live_counters(sonde_bin, corpus):
         pytest.skip("tor.pcap not in the corpus")
     port = _port()
     proc = subprocess.Popen(
-        [str(sonde_bin), "-r", pcap, "--replay", "realtime", "--http", f"127.0.0.1:{port}",
+        [str(sonde_bin), "-r", pcap, "--replay", "realtime", "--http", f"127.0.0.1:{port}", "--no-auth",
          "--duration", "20", "-q"],
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     try:
@@ -266,13 +267,13 @@ def test_events_stream_live_counters(sonde_bin, corpus):
 def test_exposed_address_is_refused(sonde, corpus):
     pcap = corpus / "http_connect.pcap"
     for addr in ("0.0.0.0:3000", "[::]:3000"):
-        p = sonde("-r", pcap, "--http", addr)
+        p = sonde("-r", pcap, "--http", addr, "--no-auth")
         assert p.returncode != 0 and "loopback" in p.stderr, p.stderr
     # A busy port is reported before anything runs.
     s = socket.socket()
     s.bind(("127.0.0.1", 0))
     s.listen()
     busy = s.getsockname()[1]
-    p = sonde("-r", pcap, "--http", f"127.0.0.1:{busy}")
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{busy}", "--no-auth")
     s.close()
     assert p.returncode != 0 and "cannot listen" in p.stderr, p.stderr

@@ -842,6 +842,21 @@ impl Engine {
         self.flows.iter().filter(|f| f.live).copied().collect()
     }
 
+    /// What DPI learned about each of the live flows `keys` (None for a flow that is gone or
+    /// has nothing), looked up by key: readers ask for one page of flows, not for all of them.
+    pub fn flow_meta(&self, keys: &[FlowKey]) -> Vec<Option<Box<Meta>>> {
+        let flows = &self.flows;
+        keys.iter()
+            .map(|key| {
+                let slot = self
+                    .index
+                    .find(key.hash() as u32, |s| flows[s as usize].key == *key)
+                    .ok()?;
+                self.dpi_meta.get(slot as usize).cloned().flatten()
+            })
+            .collect()
+    }
+
     pub fn live_hosts(&self) -> usize {
         self.hosts.len()
     }

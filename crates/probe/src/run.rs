@@ -8,7 +8,7 @@ use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
 };
-use sonde_dpi::{Backend, Dpi};
+use sonde_dpi::{Backend, Dpi, Meta};
 use sonde_export::host_json;
 use sonde_flow::{copy_payload, Engine, EngineConfig, Flow, FlowKey, FlowRecord, Host, ShardStats};
 use sonde_wire::{Decoded, Decoder, Outcome};
@@ -303,6 +303,25 @@ impl ProbeView {
             }
         }
         all
+    }
+
+    /// What DPI learned about each of the flows `keys` (a page of a snapshot), from whichever
+    /// shard holds it; None where no shard has anything.
+    pub fn flow_meta(&self, keys: &[FlowKey]) -> Vec<Option<Box<Meta>>> {
+        let mut out: Vec<Option<Box<Meta>>> = vec![None; keys.len()];
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Meta(keys.to_vec(), tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    for (o, m) in out.iter_mut().zip(v) {
+                        if o.is_none() {
+                            *o = m;
+                        }
+                    }
+                }
+            }
+        }
+        out
     }
 
     /// Every live host, merged across shards.

@@ -2,8 +2,9 @@
 
 use crossbeam_channel::{Receiver, Sender, TryRecvError};
 use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
+use sonde_dpi::Meta;
 use sonde_flow::{
-    EndReason, Engine, Flow, FlowRecord, Host, PacketRef, Payloads, ShardStats, Span,
+    EndReason, Engine, Flow, FlowKey, FlowRecord, Host, PacketRef, Payloads, ShardStats, Span,
 };
 use sonde_wire::{Decoded, LinkType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,6 +17,7 @@ pub(crate) const HOUSEKEEPING_PACKETS: u64 = 4096;
 pub(crate) enum Request {
     Flows(Sender<Vec<Flow>>),
     Hosts(Sender<Vec<Host>>),
+    Meta(Vec<FlowKey>, Sender<Vec<Option<Box<Meta>>>>),
 }
 
 /// What a shard publishes for readers on other threads.
@@ -93,6 +95,9 @@ impl ShardCtx {
             match self.requests.try_recv() {
                 Ok(Request::Flows(reply)) => {
                     let _ = reply.send(self.engine.snapshot_flows());
+                }
+                Ok(Request::Meta(keys, reply)) => {
+                    let _ = reply.send(self.engine.flow_meta(&keys));
                 }
                 Ok(Request::Hosts(reply)) => {
                     let _ = reply.send(self.engine.hosts().iter().copied().collect());

@@ -5,15 +5,24 @@
 //! It runs on its own thread with a single-threaded runtime, so it never takes a core from the
 //! shards; snapshots of hosts and flows are taken by each shard between two batches.
 //!
-//! Until logins exist, it only listens on loopback addresses: [`check_addr`] refuses others.
+//! It also serves the web console (embedded, see [`console`]), behind logins ([`auth`], users in
+//! [`users`]) and optionally TLS ([`tls`]). Without logins (`--no-auth`) it only listens on
+//! loopback addresses: [`check_addr`] refuses others.
+
+pub mod auth;
+pub mod console;
+pub mod tls;
+pub mod users;
 
 use axum::extract::{Query, State};
-use axum::http::{header, StatusCode};
+use axum::http::{header, HeaderValue, StatusCode};
+use axum::middleware;
 use axum::response::{IntoResponse, Response};
-use axum::routing::get;
+use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use sonde_flow::{Flow, Host, ShardStats};
+use sonde_dpi::Meta;
+use sonde_flow::{Flow, FlowKey, Host, ShardStats};
 use sonde_probe::ProbeView;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -25,17 +34,26 @@ const OPENAPI: &str = include_str!("openapi.json");
 /// Page sizes are capped: a page is for people and scripts, not a dump.
 pub const MAX_LIMIT: usize = 10_000;
 
-/// Refuses addresses other than loopback: the API has no login yet, and traffic data must not
-/// be exposed by default.
-pub fn check_addr(addr: &SocketAddr) -> Result<(), String> {
-    if addr.ip().is_loopback() {
+/// Refuses addresses other than loopback when logins are off: traffic data must not be exposed
+/// to anyone who can reach the port.
+pub fn check_addr(addr: &SocketAddr, logins: bool) -> Result<(), String> {
+    if logins || addr.ip().is_loopback() {
         Ok(())
     } else {
         Err(format!(
-            "--http {addr}: sonde listens only on loopback (127.0.0.1 or ::1) until logins \
-             exist; use an SSH tunnel or a reverse proxy with authentication to reach it"
+            "--http {addr} with --no-auth: without logins sonde listens only on loopback \
+             (127.0.0.1 or ::1); drop --no-auth to require logins (users in --users FILE)"
         ))
     }
+}
+
+/// How the server guards itself.
+#[derive(Default)]
+pub struct Guard {
+    /// The users file; None is `--no-auth`.
+    pub users: Option<users::Users>,
+    /// `--https-cert` / `--https-key`.
+    pub tls: Option<Arc<tokio_rustls::rustls::ServerConfig>>,
 }
 
 /// What the server tells about itself.
@@ -90,8 +108,8 @@ pub struct Bound {
 }
 
 /// Checks and binds `addr`.
-pub fn bind(addr: SocketAddr) -> Result<Bound, String> {
-    check_addr(&addr)?;
+pub fn bind(addr: SocketAddr, logins: bool) -> Result<Bound, String> {
+    check_addr(&addr, logins)?;
     let listener = std::net::TcpListener::bind(addr).map_err(|e| {
         format!("--http {addr}: cannot listen ({e}); is the port in use? pick another with --http")
     })?;
@@ -105,7 +123,12 @@ pub fn bind(addr: SocketAddr) -> Result<Bound, String> {
 }
 
 /// Serves the API over `view` on a thread of its own.
-pub fn start(bound: Bound, view: ProbeView, info: ServerInfo) -> Result<Server, String> {
+pub fn start(
+    bound: Bound,
+    view: ProbeView,
+    info: ServerInfo,
+    guard: Guard,
+) -> Result<Server, String> {
     let Bound {
         listener: std_listener,
         addr: bound,
@@ -115,6 +138,8 @@ pub fn start(bound: Bound, view: ProbeView, info: ServerInfo) -> Result<Server, 
         info,
         last: Mutex::new(None),
     });
+    let Guard { users, tls } = guard;
+    let auth = auth::Auth::new(users, tls.is_some());
     let (tx, rx) = tokio::sync::oneshot::channel::<()>();
     let thread = std::thread::Builder::new()
         .name("http".into())
@@ -138,12 +163,27 @@ pub fn start(bound: Bound, view: ProbeView, info: ServerInfo) -> Result<Server, 
                         return;
                     }
                 };
-                let app = router(state);
-                let _ = axum::serve(listener, app)
-                    .with_graceful_shutdown(async {
-                        let _ = rx.await;
-                    })
-                    .await;
+                let app = router(state, auth).into_make_service_with_connect_info::<auth::Peer>();
+                let stop = async {
+                    let _ = rx.await;
+                };
+                let _ = match tls {
+                    None => {
+                        axum::serve(listener, app)
+                            .with_graceful_shutdown(stop)
+                            .await
+                    }
+                    Some(cfg) => {
+                        let acceptor = tokio_rustls::TlsAcceptor::from(cfg);
+                        match tls::TlsListener::new(listener, acceptor) {
+                            Ok(l) => axum::serve(l, app).with_graceful_shutdown(stop).await,
+                            Err(e) => {
+                                eprintln!("sonde: error: https server: {e}");
+                                return;
+                            }
+                        }
+                    }
+                };
             });
         })
         .map_err(|e| format!("cannot start the http thread: {e}"))?;
@@ -154,7 +194,19 @@ pub fn start(bound: Bound, view: ProbeView, info: ServerInfo) -> Result<Server, 
     })
 }
 
-fn router(state: Arc<AppState>) -> Router {
+fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
+    let accounts = Router::new()
+        .route("/api/v1/login", post(auth::login))
+        .route("/api/v1/logout", post(auth::logout))
+        .route("/api/v1/me", get(auth::me))
+        .route(
+            "/api/v1/admin/users",
+            get(auth::list_users).post(auth::add_user),
+        )
+        .route("/api/v1/admin/users/{name}", delete(auth::delete_user))
+        .route("/api/v1/admin/tokens", post(auth::add_token))
+        .route("/api/v1/admin/tokens/{name}", delete(auth::delete_token))
+        .with_state(auth.clone());
     Router::new()
         .route("/api/v1/health", get(health))
         .route("/api/v1/interface", get(interface))
@@ -166,8 +218,27 @@ fn router(state: Arc<AppState>) -> Router {
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
-        .fallback(not_found)
+        .route("/api/{*rest}", any(not_found))
+        .fallback(console::serve)
         .with_state(state)
+        .merge(accounts)
+        .layer(middleware::from_fn_with_state(auth, auth::layer))
+        .layer(middleware::map_response(safety_headers))
+}
+
+/// Headers every answer carries: no MIME sniffing, no framing, no referrer leaks.
+async fn safety_headers(mut r: Response) -> Response {
+    let h = r.headers_mut();
+    h.insert(
+        header::X_CONTENT_TYPE_OPTIONS,
+        HeaderValue::from_static("nosniff"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
+    h.insert(
+        header::REFERRER_POLICY,
+        HeaderValue::from_static("no-referrer"),
+    );
+    r
 }
 
 type Shared = State<Arc<AppState>>;
@@ -357,7 +428,22 @@ async fn hosts(
     )
 }
 
-fn flow_json(f: &Flow) -> Value {
+/// A page of flows as JSON, with what DPI learned about each (asked of the shards for these
+/// flows only).
+async fn flows_json(view: &ProbeView, page: Vec<Flow>) -> Result<Vec<Value>, ApiError> {
+    let v = view.clone();
+    let keys: Vec<FlowKey> = page.iter().map(|f| f.key).collect();
+    let metas = tokio::task::spawn_blocking(move || v.flow_meta(&keys))
+        .await
+        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
+    Ok(page
+        .iter()
+        .zip(metas)
+        .map(|(f, m)| flow_json(f, m.as_deref()))
+        .collect())
+}
+
+fn flow_json(f: &Flow, meta: Option<&Meta>) -> Value {
     let c = f.client_dir();
     let s = 1 - c;
     let (ca, sa, cp, sp) = if c == 0 {
@@ -379,7 +465,35 @@ fn flow_json(f: &Flow) -> Value {
         "server_packets": f.pkts[s],
         "first_seen_ms": f.first_ns / 1_000_000,
         "last_seen_ms": f.last_ns / 1_000_000,
+        "info": flow_info(meta),
     })
+}
+
+/// The names DPI read off the wire. Attacker data: passed as JSON strings (capped, control
+/// characters replaced at capture); the console only ever shows them as text.
+fn flow_info(meta: Option<&Meta>) -> Value {
+    let mut info = serde_json::Map::new();
+    let Some(m) = meta else {
+        return Value::Object(info);
+    };
+    let mut put = |k: &str, v: &Option<String>| {
+        if let Some(v) = v {
+            info.insert(k.into(), Value::from(v.as_str()));
+        }
+    };
+    put("server_name", &m.server_name);
+    if let Some(h) = &m.http {
+        put("http_host", &h.host);
+        put("http_url", &h.url);
+        put("user_agent", &h.user_agent);
+    }
+    if let Some(t) = &m.tls {
+        put("tls_sni", &t.sni);
+    }
+    if let Some(d) = &m.dns {
+        put("dns_query", &d.query);
+    }
+    Value::Object(info)
 }
 
 /// `GET /api/v1/flows?host=10.0.0.1&port=443&proto=6&app=TLS&sort=bytes&limit=50`
@@ -458,7 +572,7 @@ async fn flows(
         }
     });
     let total = fs.len();
-    let page: Vec<Value> = fs.iter().skip(offset).take(limit).map(flow_json).collect();
+    let page = flows_json(&s.view, fs.into_iter().skip(offset).take(limit).collect()).await?;
     Ok(
         Json(json!({ "total": total, "offset": offset, "limit": limit, "flows": page }))
             .into_response(),
@@ -546,7 +660,7 @@ async fn host(
     Ok(Json(json!({
         "host": mine,
         "flows_total": fl.len(),
-        "flows": fl.iter().take(100).map(|f| flow_json(f)).collect::<Vec<_>>(),
+        "flows": flows_json(&s.view, fl.iter().take(100).map(|f| **f).collect()).await?,
         "peers": ranked(peers, "ip", 50),
         "applications": ranked(apps, "application", 50),
         "server_ports": ranked(ports, "port", 50),
@@ -810,4 +924,18 @@ async fn metrics(State(s): Shared) -> Response {
         d.dropped, d.if_dropped
     );
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::check_addr;
+
+    #[test]
+    fn exposed_addresses_need_logins() {
+        let any: std::net::SocketAddr = "0.0.0.0:3000".parse().unwrap();
+        let lo: std::net::SocketAddr = "[::1]:3000".parse().unwrap();
+        assert!(check_addr(&any, false).is_err());
+        assert!(check_addr(&any, true).is_ok());
+        assert!(check_addr(&lo, false).is_ok());
+    }
 }

@@ -22,6 +22,7 @@ use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
 mod query;
+mod user;
 
 #[derive(Parser, Debug)]
 #[command(
@@ -80,12 +81,26 @@ struct Cli {
     /// every remaining host, merged across shards, at the end.
     #[arg(long, value_name = "FILE")]
     hosts_out: Option<PathBuf>,
-    /// Serve the REST API (/api/v1/…, OpenAPI at /api/v1/openapi.json) and Prometheus metrics
-    /// (/metrics) on ADDR:PORT, e.g. 127.0.0.1:3000 (loopback only for now). With a file or
-    /// synthetic input, sonde keeps serving what it counted after the end, until Ctrl-C or
-    /// --duration.
+    /// Serve the web console (/), the REST API (/api/v1/…, OpenAPI at /api/v1/openapi.json)
+    /// and Prometheus metrics (/metrics) on ADDR:PORT, e.g. 127.0.0.1:3000. Logins are
+    /// required (see --users). With a file or synthetic input, sonde keeps serving what it
+    /// counted after the end, until Ctrl-C or --duration.
     #[arg(long, value_name = "ADDR:PORT")]
     http: Option<std::net::SocketAddr>,
+    /// The users of the console and the API (default ~/.config/sonde/users). When it has no
+    /// user, sonde creates 'admin' with a generated password and prints it once. Manage it with
+    /// 'sonde user add|del|token|list'.
+    #[arg(long, value_name = "FILE")]
+    users: Option<PathBuf>,
+    /// Serve the console and the API without logins: allowed on loopback addresses only.
+    #[arg(long)]
+    no_auth: bool,
+    /// Speak HTTPS on --http with this PEM certificate chain (with --https-key).
+    #[arg(long, value_name = "FILE", requires = "https_key")]
+    https_cert: Option<PathBuf>,
+    /// The PEM private key of --https-cert.
+    #[arg(long, value_name = "FILE", requires = "https_cert")]
+    https_key: Option<PathBuf>,
     /// Keep history in DIR: every expired flow, and per-second time series of the traffic, each
     /// application and each host (made durable every second; query them with
     /// 'sonde query --data-dir DIR flows|hosts|apps|series').
@@ -200,10 +215,51 @@ fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
     }))
 }
 
+/// Loads (or, on first start, creates) the users file and the TLS files for `--http`.
+fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
+    use sonde_server::users::{self, Role, Users};
+    let tls = match (&cli.https_cert, &cli.https_key) {
+        (Some(c), Some(k)) => Some(sonde_server::tls::config(c, k).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    if cli.no_auth {
+        if cli.users.is_some() {
+            bail!("--users and --no-auth contradict each other: drop one");
+        }
+        return Ok(sonde_server::Guard { users: None, tls });
+    }
+    let path = cli.users.clone().unwrap_or_else(users::default_path);
+    let mut list = Users::load(&path).map_err(anyhow::Error::msg)?;
+    if !list.has_users() {
+        let password = users::new_password().map_err(anyhow::Error::msg)?;
+        list.set_user("admin", Role::Admin, &password)
+            .map_err(anyhow::Error::msg)?;
+        list.save().map_err(anyhow::Error::msg)?;
+        // Printed once: only the hash is kept.
+        eprintln!(
+            "sonde: first start: created user \"admin\" with password {password} (kept hashed in \
+             {}; change it with 'sonde user add admin --role admin')",
+            path.display()
+        );
+    }
+    Ok(sonde_server::Guard {
+        users: Some(list),
+        tls,
+    })
+}
+
 fn main() -> ExitCode {
-    // `sonde query …` reads a data directory; everything else runs the probe.
-    if std::env::args_os().nth(1).is_some_and(|a| a == "query") {
-        return match query::run(std::env::args_os().skip(1)) {
+    // `sonde query …` reads a data directory, `sonde user …` edits the users file; everything
+    // else runs the probe.
+    let sub = std::env::args_os().nth(1);
+    if sub.as_ref().is_some_and(|a| a == "query" || a == "user") {
+        let args = std::env::args_os().skip(1);
+        let done = if sub.is_some_and(|a| a == "query") {
+            query::run(args)
+        } else {
+            user::run(args)
+        };
+        return match done {
             Ok(()) => ExitCode::SUCCESS,
             Err(e) => {
                 let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
@@ -220,14 +276,18 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            // clap's message spans several lines; keep its first line and point to --help.
+            // clap's message spans several lines: keep the part before its usage and tips on
+            // one line (a missing argument is named on the line after the first).
             let text = e.to_string();
-            let first = text
+            let what: Vec<&str> = text
                 .lines()
-                .next()
-                .unwrap_or("invalid arguments")
-                .trim_start_matches("error: ");
-            eprintln!("sonde: error: {first} (see 'sonde --help')");
+                .take_while(|l| !l.starts_with("Usage:") && !l.trim_start().starts_with("tip:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty())
+                .collect();
+            let what = what.join(" ");
+            let what = what.trim_start_matches("error: ");
+            eprintln!("sonde: error: {what} (see 'sonde --help')");
             return ExitCode::from(2);
         }
     };
@@ -365,9 +425,13 @@ fn run(cli: Cli) -> Result<ExitCode> {
     // Bound before anything starts: an exposed address or a busy port is reported at once.
     let bound = cli
         .http
-        .map(sonde_server::bind)
+        .map(|a| sonde_server::bind(a, !cli.no_auth))
         .transpose()
         .map_err(anyhow::Error::msg)?;
+    let guard = match cli.http {
+        Some(_) => server_guard(&cli)?,
+        None => sonde_server::Guard::default(),
+    };
     let probe = sonde_probe::start(cfg)?;
     let server = match bound {
         Some(addr) => {
@@ -376,9 +440,18 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 source: source_name.clone(),
                 data_dir: cli.data_dir.clone(),
             };
-            let s = sonde_server::start(addr, probe.view(), info).map_err(anyhow::Error::msg)?;
+            let scheme = if cli.https_cert.is_some() {
+                "https"
+            } else {
+                "http"
+            };
+            let s =
+                sonde_server::start(addr, probe.view(), info, guard).map_err(anyhow::Error::msg)?;
             if !cli.quiet {
-                eprintln!("sonde: REST API on http://{}/api/v1/", s.addr);
+                eprintln!(
+                    "sonde: web console on {scheme}://{}/ (REST API under /api/v1/)",
+                    s.addr
+                );
             }
             Some(s)
         }

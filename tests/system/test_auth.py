@@ -1,0 +1,273 @@
+"""Logins (`--users`), sessions, API tokens, roles and TLS (`--https-cert/--https-key`) of the
+web console and REST API, against a real sonde on 127.0.0.1."""
+
+from __future__ import annotations
+
+import http.client
+import json
+import os
+import re
+import signal
+import socket
+import ssl
+import stat
+import subprocess
+import time
+
+import pytest
+
+
+def _port() -> int:
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+class Client:
+    """A tiny HTTP client that keeps the session cookie, like a browser tab."""
+
+    def __init__(self, port, tls_ca=None):
+        self.port, self.tls_ca, self.cookie, self.last_set_cookie = port, tls_ca, None, None
+
+    def request(self, method, path, body=None, headers=None):
+        if self.tls_ca:
+            ctx = ssl.create_default_context(cafile=self.tls_ca)
+            c = http.client.HTTPSConnection("127.0.0.1", self.port, timeout=20, context=ctx)
+        else:
+            c = http.client.HTTPConnection("127.0.0.1", self.port, timeout=20)
+        h = dict(headers or {})
+        if self.cookie:
+            h["Cookie"] = self.cookie
+        data = None
+        if body is not None:
+            data = json.dumps(body)
+            h["Content-Type"] = "application/json"
+        c.request(method, path, body=data, headers=h)
+        r = c.getresponse()
+        text = r.read().decode()
+        sc = r.getheader("Set-Cookie")
+        if sc:
+            self.last_set_cookie = sc
+            value = sc.split(";")[0]
+            self.cookie = None if value.endswith("=") else value
+        c.close()
+        return r.status, (json.loads(text) if text and text[0] in "{[" else text)
+
+    def login(self, user, password):
+        return self.request("POST", "/api/v1/login", {"user": user, "password": password})
+
+
+def _start(sonde_bin, corpus, args, users=None):
+    port = _port()
+    cmd = [str(sonde_bin), "-r", str(corpus / "http_connect.pcap"), "--http", f"127.0.0.1:{port}",
+           "--duration", "60", "-q", *args]
+    if users is not None:
+        cmd += ["--users", str(users)]
+    proc = subprocess.Popen(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    return proc, port
+
+
+def _wait_up(proc, port, tls_ca=None):
+    deadline = time.time() + 20
+    while True:
+        assert proc.poll() is None, proc.stderr.read()
+        try:
+            if Client(port, tls_ca).request("GET", "/api/v1/health")[0] == 200:
+                return
+        except (ConnectionError, OSError, ssl.SSLError):
+            pass
+        assert time.time() < deadline, "sonde's server never answered"
+        time.sleep(0.1)
+
+
+def _stop(proc):
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGINT)
+    _, err = proc.communicate(timeout=30)
+    return err
+
+
+def _add_user(sonde_bin, users, name, role, password):
+    p = subprocess.run([str(sonde_bin), "user", "add", name, "--role", role, "--users", str(users)],
+                       input=password + "\n", capture_output=True, text=True, timeout=30)
+    assert p.returncode == 0, p.stderr
+
+
+@pytest.fixture
+def need_corpus(corpus):
+    if not (corpus / "http_connect.pcap").exists():
+        pytest.skip("http_connect.pcap not in the corpus")
+    return corpus
+
+
+def test_first_start_creates_an_admin_and_prints_its_password_once(sonde_bin, need_corpus, workdir):
+    users = workdir / "conf" / "users"
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    _wait_up(proc, port)
+    # The password is only in the first start's output, and the file keeps only its argon2 hash.
+    c = Client(port)
+    status, _ = c.request("GET", "/api/v1/hosts")
+    assert status == 401
+    err = _stop(proc)
+    m = re.search(r'created user "admin" with password (\S+)', err)
+    assert m, err
+    password = m.group(1)
+    text = users.read_text()
+    assert password not in text and "$argon2id$" in text
+    assert stat.S_IMODE(os.stat(users).st_mode) == 0o600
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    _wait_up(proc, port)
+    c = Client(port)
+    assert c.login("admin", password)[0] == 200
+    status, me = c.request("GET", "/api/v1/me")
+    assert status == 200 and me == {"user": "admin", "role": "admin", "auth": True}
+    err = _stop(proc)
+    assert "password" not in err
+
+
+def test_login_sessions_roles_tokens_and_logout(sonde_bin, need_corpus, workdir):
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    _add_user(sonde_bin, users, "vera", "viewer", "viewer password 1")
+    tok = subprocess.run([str(sonde_bin), "user", "token", "grafana", "--role", "viewer",
+                          "--users", str(users)], capture_output=True, text=True, timeout=30)
+    assert tok.returncode == 0, tok.stderr
+    token = tok.stdout.strip()
+    assert token.startswith("sonde_") and token not in users.read_text()
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    try:
+        _wait_up(proc, port)
+        anon = Client(port)
+        # Without a session: health and login only; the console's page itself loads.
+        assert anon.request("GET", "/api/v1/health")[0] == 200
+        for path in ("/api/v1/hosts", "/api/v1/flows", "/api/v1/interface", "/metrics",
+                     "/api/v1/me", "/api/v1/admin/users", "/api/v1/nonexistent"):
+            status, body = anon.request("GET", path)
+            assert status == 401, (path, status)
+        assert anon.request("GET", "/")[0] in (200, 503)  # 503: binary built without the console
+
+        # Wrong password and unknown user read the same.
+        s1, b1 = anon.login("vera", "wrong password")
+        s2, b2 = anon.login("nobody", "wrong password")
+        assert (s1, s2) == (401, 401) and b1 == b2 and anon.cookie is None
+
+        # A viewer reads everything but the admin API.
+        viewer = Client(port)
+        status, me = viewer.login("vera", "viewer password 1")
+        assert status == 200 and me["role"] == "viewer"
+        sc = viewer.last_set_cookie
+        assert "HttpOnly" in sc and "SameSite=Strict" in sc and "Secure" not in sc, sc
+        assert viewer.request("GET", "/api/v1/hosts")[0] == 200
+        assert viewer.request("GET", "/api/v1/admin/users")[0] == 403
+        assert viewer.request("POST", "/api/v1/admin/users",
+                              {"name": "eve", "role": "admin", "password": "x" * 12})[0] == 403
+
+        # An admin manages users; a new user can log in at once, a deleted one is logged out.
+        admin = Client(port)
+        assert admin.login("root", "admin password 1")[0] == 200
+        status, listed = admin.request("GET", "/api/v1/admin/users")
+        assert status == 200
+        assert {u["name"]: u["role"] for u in listed["users"]} == {"root": "admin", "vera": "viewer"}
+        assert listed["tokens"] == [{"name": "grafana", "role": "viewer"}]
+        assert "argon2" not in json.dumps(listed)
+        assert admin.request("POST", "/api/v1/admin/users",
+                             {"name": "bob", "role": "viewer", "password": "short"})[0] == 400
+        assert admin.request("POST", "/api/v1/admin/users",
+                             {"name": "bob", "role": "viewer", "password": "bob password"})[0] == 201
+        bob = Client(port)
+        assert bob.login("bob", "bob password")[0] == 200
+        assert admin.request("DELETE", "/api/v1/admin/users/bob")[0] == 204
+        assert bob.request("GET", "/api/v1/hosts")[0] == 401
+        assert "bob" not in users.read_text()
+        # The last admin stays.
+        assert admin.request("DELETE", "/api/v1/admin/users/root")[0] == 409
+        # A cookie-carried change from another origin is refused.
+        status, _ = admin.request("POST", "/api/v1/admin/users",
+                                  {"name": "mallory", "role": "admin", "password": "m" * 12},
+                                  headers={"Origin": "http://evil.example"})
+        assert status == 403 and "mallory" not in users.read_text()
+
+        # Tokens: scripts and Prometheus, with the token's role.
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert anon.request("GET", "/metrics", headers=bearer)[0] == 200
+        assert anon.request("GET", "/api/v1/hosts", headers=bearer)[0] == 200
+        assert anon.request("GET", "/api/v1/admin/users", headers=bearer)[0] == 403
+        assert anon.request("GET", "/api/v1/hosts",
+                            headers={"Authorization": "Bearer sonde_" + "0" * 64})[0] == 401
+        status, made = admin.request("POST", "/api/v1/admin/tokens", {"name": "ci", "role": "admin"})
+        assert status == 201 and made["token"].startswith("sonde_")
+        assert anon.request("GET", "/api/v1/admin/users",
+                            headers={"Authorization": f"Bearer {made['token']}"})[0] == 200
+
+        # Logout ends the session on the server, not only in the browser.
+        old = viewer.cookie
+        assert viewer.request("POST", "/api/v1/logout")[0] == 204
+        assert viewer.cookie is None
+        viewer.cookie = old
+        assert viewer.request("GET", "/api/v1/hosts")[0] == 401
+    finally:
+        _stop(proc)
+
+
+def test_failed_logins_lock_the_address_out(sonde_bin, need_corpus, workdir):
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    try:
+        _wait_up(proc, port)
+        c = Client(port)
+        codes = [c.login("root", f"guess {i}")[0] for i in range(6)]
+        assert codes == [401] * 5 + [429], codes
+        # Locked out even with the right password, until the lockout passes.
+        status, body = c.login("root", "admin password 1")
+        assert status == 429 and "wait" in body["error"]
+    finally:
+        _stop(proc)
+
+
+def test_bad_users_file_and_contradictory_flags_are_named(sonde_bin, sonde, need_corpus, workdir):
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    good = [line for line in users.read_text().splitlines() if line.startswith("user")]
+    users.write_text(good[0] + "\nuser eve superuser $argon2id$x\n")
+    pcap = need_corpus / "http_connect.pcap"
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--users", users)
+    assert p.returncode != 0 and "line 2" in p.stderr and "superuser" in p.stderr, p.stderr
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--users", users, "--no-auth")
+    assert p.returncode != 0 and "--no-auth" in p.stderr, p.stderr
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--https-cert", users)
+    assert p.returncode != 0 and "--https-key" in p.stderr, p.stderr
+
+
+def test_https_serves_tls_and_marks_cookies_secure(sonde_bin, sonde, need_corpus, workdir):
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    gen = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                          "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                          "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                          "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)
+    if gen.returncode != 0:
+        pytest.skip(f"openssl cannot make a test certificate: {gen.stderr}")
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    proc, port = _start(sonde_bin, need_corpus, ["--https-cert", str(cert), "--https-key", str(key)],
+                        users)
+    try:
+        _wait_up(proc, port, tls_ca=str(cert))
+        c = Client(port, tls_ca=str(cert))
+        assert c.login("root", "admin password 1")[0] == 200
+        assert "Secure" in c.last_set_cookie and "HttpOnly" in c.last_set_cookie
+        status, hosts = c.request("GET", "/api/v1/hosts?limit=5")
+        assert status == 200 and hosts["total"] > 0
+        # Plain HTTP on the TLS port gets no answer, and the server keeps serving TLS after it.
+        with pytest.raises((http.client.HTTPException, ConnectionError, OSError)):
+            Client(port).request("GET", "/api/v1/health")
+        assert Client(port, tls_ca=str(cert)).request("GET", "/api/v1/health")[0] == 200
+    finally:
+        _stop(proc)
+    # A file that is not a certificate is named.
+    p = sonde("-r", need_corpus / "http_connect.pcap", "--http", f"127.0.0.1:{_port()}",
+              "--users", users, "--https-cert", users, "--https-key", key)
+    assert p.returncode != 0 and "--https-cert" in p.stderr, p.stderr
