@@ -147,7 +147,14 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     doc = _json(base, "/api/v1/openapi.json")
     assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
                                  "/api/v1/flows", "/api/v1/hosts/{ip}", "/api/v1/top/{what}",
-                                 "/api/v1/series", "/api/v1/events", "/metrics"}
+                                 "/api/v1/series", "/api/v1/events", "/metrics",
+                                 "/api/v1/login", "/api/v1/logout", "/api/v1/me",
+                                 "/api/v1/admin/users", "/api/v1/admin/users/{name}",
+                                 "/api/v1/admin/tokens", "/api/v1/admin/tokens/{name}"}
+    # A prefix filter selects the hosts tshark lists in that network.
+    net = _json(base, "/api/v1/hosts?net=192.168.1.0/24&limit=1000")["hosts"]
+    assert {h["ip"] for h in net} == {ip for ip in eps if ip.startswith("192.168.1.")}
+    assert _error(base, "/api/v1/hosts?net=192.168.1.0/40")[0] == 400
     # One host: its counters, its flows and peers, as the lists say.
     ip = "192.168.1.103"
     page = _json(base, f"/api/v1/hosts/{ip}")

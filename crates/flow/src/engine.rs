@@ -839,7 +839,16 @@ impl Engine {
 
     /// Copies of the live flows, with host counters current (a reader's snapshot).
     pub fn snapshot_flows(&self) -> Vec<Flow> {
-        self.flows.iter().filter(|f| f.live).copied().collect()
+        let mut v = Vec::new();
+        self.snapshot_flows_into(&mut v);
+        v
+    }
+
+    /// The same into `buf` (cleared first): a reader that hands back its last buffer spares
+    /// this thread the page faults of a fresh allocation.
+    pub fn snapshot_flows_into(&self, buf: &mut Vec<Flow>) {
+        buf.clear();
+        buf.extend(self.flows.iter().filter(|f| f.live).copied());
     }
 
     /// What DPI learned about each of the live flows `keys` (None for a flow that is gone or

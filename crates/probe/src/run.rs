@@ -293,16 +293,23 @@ impl ProbeView {
 
     /// Copies of every live flow, taken by each shard between two batches.
     pub fn snapshot_flows(&self) -> Vec<Flow> {
-        let mut all = Vec::new();
+        self.snapshot_flows_into(Vec::new()).concat()
+    }
+
+    /// The live flows of each shard, one part per shard, filled into `bufs` (the parts of an
+    /// earlier snapshot, or nothing): a reader that refreshes a snapshot often reuses its memory.
+    pub fn snapshot_flows_into(&self, mut bufs: Vec<Vec<Flow>>) -> Vec<Vec<Flow>> {
+        let mut parts = Vec::with_capacity(self.shared.len());
         for s in &self.shared {
             let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Flows(tx)).is_ok() {
-                if let Ok(mut v) = rx.recv_timeout(Duration::from_secs(5)) {
-                    all.append(&mut v);
+            let buf = bufs.pop().unwrap_or_default();
+            if s.requests.send(Request::Flows(buf, tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    parts.push(v);
                 }
             }
         }
-        all
+        parts
     }
 
     /// What DPI learned about each of the flows `keys` (a page of a snapshot), from whichever
@@ -326,10 +333,19 @@ impl ProbeView {
 
     /// Every live host, merged across shards.
     pub fn snapshot_hosts(&self) -> Vec<Host> {
+        self.snapshot_hosts_into(Vec::new())
+    }
+
+    /// The same, reusing `buf` (an earlier snapshot's) when there is one shard.
+    pub fn snapshot_hosts_into(&self, buf: Vec<Host>) -> Vec<Host> {
         let mut parts = Vec::new();
+        let mut buf = Some(buf);
         for s in &self.shared {
             let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Hosts(tx)).is_ok() {
+            if s.requests
+                .send(Request::Hosts(buf.take().unwrap_or_default(), tx))
+                .is_ok()
+            {
                 if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
                     parts.push(v);
                 }

@@ -1,6 +1,6 @@
 //! The loops that run on shard threads, and what they share with the rest of the probe.
 
-use crossbeam_channel::{Receiver, Sender, TryRecvError};
+use crossbeam_channel::{Receiver, Sender};
 use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
 use sonde_dpi::Meta;
 use sonde_flow::{
@@ -15,8 +15,9 @@ use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 pub(crate) const HOUSEKEEPING_PACKETS: u64 = 4096;
 
 pub(crate) enum Request {
-    Flows(Sender<Vec<Flow>>),
-    Hosts(Sender<Vec<Host>>),
+    /// A snapshot into the given buffer (reused by the reader to spare allocations).
+    Flows(Vec<Flow>, Sender<Vec<Flow>>),
+    Hosts(Vec<Host>, Sender<Vec<Host>>),
     Meta(Vec<FlowKey>, Sender<Vec<Option<Box<Meta>>>>),
 }
 
@@ -91,18 +92,25 @@ impl ShardCtx {
     pub fn housekeeping(&mut self) {
         self.drain();
         *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.engine.stats();
-        loop {
-            match self.requests.try_recv() {
-                Ok(Request::Flows(reply)) => {
-                    let _ = reply.send(self.engine.snapshot_flows());
-                }
-                Ok(Request::Meta(keys, reply)) => {
-                    let _ = reply.send(self.engine.flow_meta(&keys));
-                }
-                Ok(Request::Hosts(reply)) => {
-                    let _ = reply.send(self.engine.hosts().iter().copied().collect());
-                }
-                Err(TryRecvError::Empty | TryRecvError::Disconnected) => break,
+        while let Ok(req) = self.requests.try_recv() {
+            self.answer(req);
+        }
+    }
+
+    /// Answers a reader's request for a snapshot or for flow metadata.
+    fn answer(&mut self, req: Request) {
+        match req {
+            Request::Flows(mut buf, reply) => {
+                self.engine.snapshot_flows_into(&mut buf);
+                let _ = reply.send(buf);
+            }
+            Request::Meta(keys, reply) => {
+                let _ = reply.send(self.engine.flow_meta(&keys));
+            }
+            Request::Hosts(mut buf, reply) => {
+                buf.clear();
+                buf.extend(self.engine.hosts().iter().copied());
+                let _ = reply.send(buf);
             }
         }
     }
@@ -238,7 +246,10 @@ impl ShardCtx {
         // Input over, state kept for readers until told to stop.
         while self.linger && !self.stopped() {
             self.housekeeping();
-            std::thread::sleep(Duration::from_millis(50));
+            // Wake for a reader's request at once; otherwise look at the stop flag now and then.
+            if let Ok(req) = self.requests.recv_timeout(Duration::from_millis(50)) {
+                self.answer(req);
+            }
         }
         // In chunks, so the records of a large table never sit in memory all at once.
         while self.engine.flush_some(EndReason::EndOfCapture, 1 << 16) > 0 {

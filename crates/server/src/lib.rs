@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod console;
+pub mod snapshot;
 pub mod tls;
 pub mod users;
 
@@ -21,6 +22,7 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use snapshot::{AddrText, Net};
 use sonde_dpi::Meta;
 use sonde_flow::{Flow, FlowKey, Host, ShardStats};
 use sonde_probe::ProbeView;
@@ -68,6 +70,8 @@ pub struct ServerInfo {
 
 struct AppState {
     view: ProbeView,
+    /// The hosts and flows of the last second, shared by the requests that read them.
+    cache: snapshot::Cache,
     info: ServerInfo,
     /// The last counters an `/interface` request saw, for rates between two requests.
     last: Mutex<Option<(Instant, ShardStats)>>,
@@ -134,6 +138,7 @@ pub fn start(
         addr: bound,
     } = bound;
     let state = Arc::new(AppState {
+        cache: snapshot::Cache::new(view.clone()),
         view,
         info,
         last: Mutex::new(None),
@@ -260,6 +265,10 @@ fn bad(message: String) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, message)
 }
 
+fn internal(message: String) -> ApiError {
+    ApiError(StatusCode::INTERNAL_SERVER_ERROR, message)
+}
+
 async fn not_found() -> Response {
     error(
         StatusCode::NOT_FOUND,
@@ -373,7 +382,7 @@ fn host_json(h: &Host) -> Value {
     })
 }
 
-/// `GET /api/v1/hosts?sort=bytes&order=desc&offset=0&limit=50&q=10.0.`
+/// `GET /api/v1/hosts?sort=bytes&order=desc&offset=0&limit=50&q=10.0.&net=10.0.0.0/8`
 async fn hosts(
     State(s): Shared,
     Query(q): Query<HashMap<String, String>>,
@@ -396,32 +405,29 @@ async fn hosts(
             )))
         }
     };
-    let filter = q.get("q").cloned().unwrap_or_default();
-    let view = s.view.clone();
-    let all = match tokio::task::spawn_blocking(move || view.snapshot_hosts()).await {
-        Ok(h) => h,
-        Err(e) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-    };
-    let mut hs: Vec<(String, Host)> = all
-        .into_iter()
-        .map(|h| (addr_text(&h.key.addr, h.key.ip_version), h))
-        .filter(|(ip, _)| filter.is_empty() || ip.contains(&filter))
-        .collect();
-    hs.sort_by(|a, b| {
-        let o = key(&a.1).cmp(&key(&b.1)).then_with(|| b.0.cmp(&a.0));
-        if desc {
-            o.reverse()
-        } else {
-            o
-        }
-    });
-    let total = hs.len();
-    let page: Vec<Value> = hs
-        .iter()
-        .skip(offset)
-        .take(limit)
-        .map(|(_, h)| host_json(h))
-        .collect();
+    let text = q
+        .get("q")
+        .filter(|t| !t.is_empty())
+        .map(|t| AddrText::new(t));
+    let net = q
+        .get("net")
+        .map(|n| Net::parse(n))
+        .transpose()
+        .map_err(bad)?;
+    let snap = s.cache.get().await.map_err(internal)?;
+    let (total, rows) = snapshot::page(
+        &[&snap.hosts],
+        |h| {
+            let (a, v) = (&h.key.addr, h.key.ip_version);
+            net.as_ref().is_none_or(|n| n.contains(a, v))
+                && text.as_ref().is_none_or(|t| t.matches(a, v))
+        },
+        key,
+        desc,
+        offset,
+        limit,
+    );
+    let page: Vec<Value> = rows.into_iter().map(host_json).collect();
     Ok(
         Json(json!({ "total": total, "offset": offset, "limit": limit, "hosts": page }))
             .into_response(),
@@ -523,7 +529,12 @@ async fn flows(
             .transpose()
     };
     let (port, proto, vlan) = (num("port")?, num("proto")?, num("vlan")?);
-    let host = q.get("host").cloned();
+    // A host is an address (either end) or a prefix.
+    let host = q
+        .get("host")
+        .map(|h| Net::parse(h))
+        .transpose()
+        .map_err(bad)?;
     let app = match q.get("app") {
         None => None,
         Some(a) => match a
@@ -535,44 +546,25 @@ async fn flows(
             None => return Err(bad(format!("app={a:?}: not an application sonde knows"))),
         },
     };
-    let view = s.view.clone();
-    let all = match tokio::task::spawn_blocking(move || view.snapshot_flows()).await {
-        Ok(f) => f,
-        Err(e) => return Err(ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string())),
-    };
-    let mut fs: Vec<Flow> = all
-        .into_iter()
-        .filter(|f| {
+    let snap = s.cache.get().await.map_err(internal)?;
+    let (total, rows) = snapshot::page(
+        &snap.flow_slices(),
+        |f| {
             let k = &f.key;
             port.is_none_or(|p| u64::from(k.port_a) == p || u64::from(k.port_b) == p)
                 && proto.is_none_or(|p| u64::from(k.proto) == p)
                 && vlan.is_none_or(|v| u64::from(k.vlan) == v)
                 && app.is_none_or(|a| f.dpi_done && (f.l7.proto.0 == a || f.l7.app.0 == a))
-                && host.as_deref().is_none_or(|h| {
-                    addr_text(&k.addr_a, k.ip_version) == h
-                        || addr_text(&k.addr_b, k.ip_version) == h
+                && host.as_ref().is_none_or(|h| {
+                    h.contains(&k.addr_a, k.ip_version) || h.contains(&k.addr_b, k.ip_version)
                 })
-        })
-        .collect();
-    fs.sort_by(|a, b| {
-        let tie = |f: &Flow| {
-            (
-                f.key.addr_a,
-                f.key.addr_b,
-                f.key.port_a,
-                f.key.port_b,
-                f.key.proto,
-            )
-        };
-        let o = key(a).cmp(&key(b)).then_with(|| tie(a).cmp(&tie(b)));
-        if desc {
-            o.reverse()
-        } else {
-            o
-        }
-    });
-    let total = fs.len();
-    let page = flows_json(&s.view, fs.into_iter().skip(offset).take(limit).collect()).await?;
+        },
+        key,
+        desc,
+        offset,
+        limit,
+    );
+    let page = flows_json(&s.view, rows.into_iter().copied().collect()).await?;
     Ok(
         Json(json!({ "total": total, "offset": offset, "limit": limit, "flows": page }))
             .into_response(),
@@ -596,6 +588,43 @@ fn ranked(t: HashMap<String, (u64, u64)>, label: &str, n: usize) -> Vec<Value> {
         .collect()
 }
 
+/// The `n` largest rows of a tally by bytes (with room for ties at the edge), keyed by text.
+fn top_n<K: Ord>(
+    t: impl IntoIterator<Item = (K, (u64, u64))>,
+    n: usize,
+    text: impl Fn(&K) -> String,
+) -> HashMap<String, (u64, u64)> {
+    let mut v: Vec<(K, (u64, u64))> = t.into_iter().collect();
+    if v.len() > n {
+        // Ties at the edge are broken by key, so the same rows come back every time.
+        if let Some(last) = n.checked_sub(1) {
+            v.select_nth_unstable_by(last, |a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+        }
+        v.truncate(n);
+    }
+    let mut out: HashMap<String, (u64, u64)> = HashMap::new();
+    for (k, (bytes, flows)) in v {
+        let e = out.entry(text(&k)).or_default();
+        e.0 += bytes;
+        e.1 += flows;
+    }
+    out
+}
+
+/// The label of a (dpi done, protocol, application) tally key, as [`app_name`] gives it.
+fn app_label(&(done, proto, app): &(bool, u16, u16)) -> String {
+    if done {
+        sonde_dpi::L7 {
+            proto: sonde_dpi::Proto(proto),
+            app: sonde_dpi::Proto(app),
+            ..Default::default()
+        }
+        .name()
+    } else {
+        "Unknown".into()
+    }
+}
+
 fn app_name(f: &Flow) -> String {
     if f.dpi_done {
         f.l7.name()
@@ -604,26 +633,21 @@ fn app_name(f: &Flow) -> String {
     }
 }
 
-async fn snapshot(view: &ProbeView) -> Result<(Vec<Host>, Vec<Flow>), ApiError> {
-    let v = view.clone();
-    tokio::task::spawn_blocking(move || (v.snapshot_hosts(), v.snapshot_flows()))
-        .await
-        .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))
-}
-
 /// `GET /api/v1/hosts/{ip}`: one host (each VLAN it was seen on), its flows, peers,
 /// applications and server ports.
 async fn host(
     State(s): Shared,
     axum::extract::Path(ip): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
-    if ip.parse::<std::net::IpAddr>().is_err() {
-        return Err(bad(format!("{ip:?} is not an IP address")));
-    }
-    let (hosts, flows) = snapshot(&s.view).await?;
-    let mine: Vec<Value> = hosts
+    let me = match ip.parse::<std::net::IpAddr>() {
+        Ok(_) => Net::parse(&ip).map_err(bad)?,
+        Err(_) => return Err(bad(format!("{ip:?} is not an IP address"))),
+    };
+    let snap = s.cache.get().await.map_err(internal)?;
+    let mine: Vec<Value> = snap
+        .hosts
         .iter()
-        .filter(|h| addr_text(&h.key.addr, h.key.ip_version) == ip)
+        .filter(|h| me.contains(&h.key.addr, h.key.ip_version))
         .map(host_json)
         .collect();
     if mine.is_empty() {
@@ -634,20 +658,17 @@ async fn host(
     }
     let mut fl: Vec<&Flow> = Vec::new();
     let (mut peers, mut apps, mut ports) = (HashMap::new(), HashMap::new(), HashMap::new());
-    for f in &flows {
-        let (a, b) = (
-            addr_text(&f.key.addr_a, f.key.ip_version),
-            addr_text(&f.key.addr_b, f.key.ip_version),
-        );
-        let peer = if a == ip {
-            b
-        } else if b == ip {
-            a
+    for f in snap.flows() {
+        let k = &f.key;
+        let peer = if me.contains(&k.addr_a, k.ip_version) {
+            &k.addr_b
+        } else if me.contains(&k.addr_b, k.ip_version) {
+            &k.addr_a
         } else {
             continue;
         };
         fl.push(f);
-        tally(&mut peers, peer, f);
+        tally(&mut peers, addr_text(peer, k.ip_version), f);
         tally(&mut apps, app_name(f), f);
         let sp = if f.client_dir() == 0 {
             f.key.port_b
@@ -697,15 +718,16 @@ async fn top(
             ),
         ));
     }
-    let (hosts, flows) = snapshot(&s.view).await?;
+    let snap = s.cache.get().await.map_err(internal)?;
+    // Tallied by numeric keys; only the rows shown are turned into text.
     let rows = match what.as_str() {
         "talkers" | "destinations" => {
             let sent = what == "talkers";
-            let mut t: HashMap<String, (u64, u64)> = HashMap::new();
-            for h in &hosts {
-                let e = t
-                    .entry(addr_text(&h.key.addr, h.key.ip_version))
-                    .or_default();
+            // hashbrown's default hasher: std's SipHash takes a second over a million hosts.
+            let mut t: hashbrown::HashMap<([u8; 16], u8), (u64, u64)> =
+                hashbrown::HashMap::with_capacity(snap.hosts.len());
+            for h in &snap.hosts {
+                let e = t.entry((h.key.addr, h.key.ip_version)).or_default();
                 e.0 += if sent { h.sent_bytes } else { h.rcvd_bytes };
                 e.1 += u64::from(if sent {
                     h.flows_as_client
@@ -713,33 +735,33 @@ async fn top(
                     h.flows_as_server
                 });
             }
-            ranked(t, "ip", n)
+            ranked(top_n(t, n, |(a, v)| addr_text(a, *v)), "ip", n)
         }
         "applications" => {
             let mut t = HashMap::new();
-            for f in &flows {
-                tally(&mut t, app_name(f), f);
+            for f in snap.flows() {
+                tally(&mut t, (f.dpi_done, f.l7.proto.0, f.l7.app.0), f);
             }
-            ranked(t, "application", n)
+            ranked(top_n(t, n, app_label), "application", n)
         }
         "ports" => {
             let mut t = HashMap::new();
-            for f in &flows {
+            for f in snap.flows() {
                 let sp = if f.client_dir() == 0 {
                     f.key.port_b
                 } else {
                     f.key.port_a
                 };
-                tally(&mut t, format!("{}/{}", sp, f.key.proto), f);
+                tally(&mut t, (sp, f.key.proto), f);
             }
-            ranked(t, "port", n)
+            ranked(top_n(t, n, |(p, proto)| format!("{p}/{proto}")), "port", n)
         }
         _ => {
             let mut t = HashMap::new();
-            for f in &flows {
-                tally(&mut t, f.key.proto.to_string(), f);
+            for f in snap.flows() {
+                tally(&mut t, f.key.proto, f);
             }
-            ranked(t, "protocol", n)
+            ranked(top_n(t, n, u8::to_string), "protocol", n)
         }
     };
     Ok(Json(json!({ "top": what, "rows": rows })).into_response())
