@@ -6,24 +6,31 @@ FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
 SAMPLE := samples/loopback-http-dns.pcapng
 
-.PHONY: setup build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
+.PHONY: setup console build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
 
 setup:
 	scripts/setup.sh
 
-build: setup
+# The web console (console/, TypeScript + Vite): built into console/dist, which the Rust build
+# embeds, so it comes before every cargo build of sonde.
+console:
+	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("make console: Vite 7 needs Node.js 20.19 or later, found " + process.version); process.exit(1); }'
+	cd console && npm ci --no-audit --no-fund && npm run build
+
+build: setup console
 	$(CARGO) build --release -p sonde $(FEATURES)
 
 # The main job on the embedded default: sonde replays the bundled capture at its real pace,
 # printing a stats line per second and every flow as JSON when it ends.
 run: build
-	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --flows-out - --stats-json -
+	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --stats-json - --http 127.0.0.1:3000
 
-test: setup
+test: setup console
 	scripts/setup-test-deps.sh
 	$(CARGO) build --release -p sonde $(FEATURES)
 	$(CARGO) test --workspace $(FEATURES)
 	python3 -m pytest tests/system -q
+	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1
 
 bench: setup
 	scripts/setup-bench-deps.sh

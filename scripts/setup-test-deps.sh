@@ -9,6 +9,7 @@
 #   iproute2          `ip`, for live-capture tests
 #   setpriv           util-linux, to run sonde as an unprivileged user in tests
 #   pytest            python3 -m pytest (apt python3-pytest, or pip when python3 is not Debian's)
+#   chromium          the browser tests/browser drives (through npm playwright-core)
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -32,10 +33,11 @@ declare -A PROBE=(
     [libpcap-dev]="file:/usr/include/pcap/pcap.h"
     [iproute2]="cmd:ip"
     [util-linux]="cmd:setpriv"
+    [chromium]="file:/usr/bin/chromium"
 )
 
 missing=()
-for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux; do
+for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -77,7 +79,7 @@ fi
 "$(dirname "$0")/setup-bench-deps.sh"
 
 # Check the result.
-for c in tshark capinfos ip setpriv nfcapd nfdump softflowd pmacctd; do
+for c in tshark capinfos ip setpriv chromium nfcapd nfdump softflowd pmacctd; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

@@ -15,6 +15,8 @@ missing=()
 command -v cc >/dev/null 2>&1 || missing+=(gcc libc6-dev)
 command -v pkg-config >/dev/null 2>&1 || missing+=(pkg-config)
 command -v make >/dev/null 2>&1 || missing+=(make)
+# The web console is built with npm (make console checks that Node is 20.19 or later).
+command -v npm >/dev/null 2>&1 || missing+=(nodejs npm)
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup: installing ${missing[*]}"
     $SUDO apt-get update -qq

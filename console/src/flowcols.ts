@@ -1,0 +1,84 @@
+// The columns of a flow, shared by the flows page, the dashboard and the host page.
+
+import type { Flow, FlowInfo } from './api';
+import { el, link } from './dom';
+import * as fmt from './format';
+import { hostHref, href } from './router';
+import { num, type Column } from './table';
+
+/** A host address as a link to its page. */
+export function hostLink(ip: string): HTMLAnchorElement {
+  return link(hostHref(ip), ip, { class: 'ip' });
+}
+
+/** Labels of the wire strings, in the order shown. */
+const INFO: [keyof FlowInfo, string][] = [
+  ['tls_sni', 'SNI'],
+  ['http_host', 'Host'],
+  ['http_url', 'URL'],
+  ['dns_query', 'Query'],
+  ['user_agent', 'User-Agent'],
+  ['server_name', 'Server'],
+];
+
+/**
+ * What DPI read off the wire (names, URLs): attacker data, so text nodes only. The server name
+ * is left out when it repeats the SNI, Host or query it came from.
+ */
+export function infoCell(info: FlowInfo | undefined): HTMLElement {
+  const box = el('span', { class: 'info' });
+  if (!info) return box;
+  const seen = new Set<string>();
+  for (const [k, label] of INFO) {
+    const v = info[k];
+    if (typeof v !== 'string' || v === '' || seen.has(v)) continue;
+    seen.add(v);
+    box.append(el('span', { class: 'kv', 'data-key': k }, el('span', { class: 'k' }, `${label} `), el('span', { class: 'v' }, v)));
+  }
+  return box;
+}
+
+/** The application as a link to the flows of that application. */
+export function appCell(app: string | null): HTMLElement | string {
+  if (!app) return '–';
+  const filter = appFilter(app);
+  return filter ? link(href('flows', '', { app: filter }), app) : app;
+}
+
+/**
+ * The name the flows filter takes for a label: "TLS.Google" → "Google" (the service, the more
+ * specific), "DNS" → "DNS"; none for "Unknown".
+ */
+export function appFilter(label: string): string | null {
+  if (!label || label === 'Unknown') return null;
+  const dot = label.lastIndexOf('.');
+  return dot >= 0 ? label.slice(dot + 1) : label;
+}
+
+export function flowColumns(opts: { sortable: boolean }): Column<Flow>[] {
+  const s = (k: string) => (opts.sortable ? k : undefined);
+  return [
+    { label: 'Client', cell: (f) => hostLink(f.client) },
+    { label: 'Port', numeric: true, cell: (f) => f.client_port },
+    { label: 'Server', cell: (f) => hostLink(f.server) },
+    { label: 'Port', numeric: true, cell: (f) => f.server_port },
+    { label: 'Proto', cell: (f) => fmt.proto(f.protocol) },
+    { label: 'VLAN', numeric: true, cell: (f) => f.vlan },
+    { label: 'Application', cell: (f) => appCell(f.application) },
+    { label: 'Info', cell: (f) => infoCell(f.info) },
+    {
+      label: 'Bytes',
+      sort: s('bytes'),
+      numeric: true,
+      cell: (f) => num(f.client_bytes + f.server_bytes, fmt.bytes(f.client_bytes + f.server_bytes)),
+    },
+    {
+      label: 'Packets',
+      sort: s('packets'),
+      numeric: true,
+      cell: (f) => num(f.client_packets + f.server_packets, fmt.count(f.client_packets + f.server_packets)),
+    },
+    { label: 'Duration', numeric: true, cell: (f) => fmt.duration((f.last_seen_ms - f.first_seen_ms) / 1000) },
+    { label: 'Last seen', sort: s('last_seen'), cell: (f) => fmt.time(f.last_seen_ms, true) },
+  ];
+}

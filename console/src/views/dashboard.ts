@@ -1,0 +1,109 @@
+// The dashboard: live throughput (one point a second from the event stream), the current
+// figures, and what is largest right now: hosts, applications, flows.
+
+import { api, subscribe, type Host, type Ranked, type Flow } from '../api';
+import { LiveChart } from '../chart';
+import { card, el, heading, link } from '../dom';
+import { flowColumns, hostLink, appCell } from '../flowcols';
+import * as fmt from '../format';
+import { poll } from '../poll';
+import { href } from '../router';
+import { bar, num, table } from '../table';
+import { stopAll, type View } from './view';
+
+export const dashboard: View = (root) => {
+  const chart = new LiveChart({
+    label: 'Throughput over the last two minutes, bits and packets per second',
+    window: 120,
+    series: [
+      { label: 'bits/s', colorVar: '--c1', axis: 'left', format: fmt.bits },
+      { label: 'packets/s', colorVar: '--c2', axis: 'right', format: fmt.pps },
+    ],
+  });
+
+  // The figures under the chart, updated with each event.
+  const figure = (label: string) => {
+    const v = el('dd', {}, '–');
+    return { el: el('div', { class: 'stat' }, el('dt', {}, label), v), v };
+  };
+  const fBits = figure('Throughput');
+  const fPkts = figure('Packet rate');
+  const fFlows = figure('Active flows');
+  const fHosts = figure('Active hosts');
+  const fDrops = figure('Dropped');
+  const live = el('span', { class: 'live', 'data-state': 'connecting' }, 'connecting…');
+
+  const hostsT = table<Host>({
+    caption: 'Top hosts by traffic',
+    hideCaption: true,
+    columns: [
+      { label: 'Host', rowHeader: true, cell: (h) => hostLink(h.ip) },
+      { label: 'Sent', numeric: true, cell: (h) => num(h.sent_bytes, fmt.bytes(h.sent_bytes)) },
+      { label: 'Received', numeric: true, cell: (h) => num(h.rcvd_bytes, fmt.bytes(h.rcvd_bytes)) },
+    ],
+    empty: 'No hosts yet.',
+  });
+  let appsTotal = 0;
+  const appsT = table<Ranked>({
+    caption: 'Top applications by traffic',
+    hideCaption: true,
+    columns: [
+      { label: 'Application', rowHeader: true, cell: (r) => appCell(r.application ?? null) },
+      { label: 'Bytes', numeric: true, cell: (r) => num(r.bytes, fmt.bytes(r.bytes)) },
+      { label: 'Share', cell: (r) => bar(r.bytes, appsTotal) },
+    ],
+    empty: 'No applications yet.',
+  });
+  const flowsT = table<Flow>({ caption: 'Top flows by traffic', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows yet.' });
+
+  root.append(
+    heading('Dashboard', live),
+    el(
+      'section',
+      { class: 'card wide', 'aria-labelledby': 'tp' },
+      el('h2', { id: 'tp' }, 'Throughput'),
+      chart.el,
+      el('dl', { class: 'stats' }, fBits.el, fPkts.el, fFlows.el, fHosts.el, fDrops.el),
+    ),
+    el(
+      'div',
+      { class: 'grid' },
+      card('Top hosts', hostsT.el, link(href('hosts'), 'All hosts →', { class: 'more' })),
+      card('Top applications', appsT.el, link(href('applications'), 'All applications →', { class: 'more' })),
+    ),
+    el('div', { class: 'card wide' }, el('h2', {}, 'Top flows'), flowsT.el, link(href('flows'), 'All flows →', { class: 'more' })),
+  );
+
+  const unsubscribe = subscribe(
+    (t) => {
+      chart.push(Date.now() / 1000, [t.bits_per_s, t.packets_per_s]);
+      fBits.v.textContent = fmt.bits(t.bits_per_s);
+      fPkts.v.textContent = fmt.pps(t.packets_per_s);
+      fFlows.v.textContent = fmt.count(t.flows_active);
+      fHosts.v.textContent = fmt.count(t.hosts_active);
+      fDrops.v.textContent = fmt.count(t.dropped);
+      live.textContent = 'live';
+      live.dataset.state = 'live';
+    },
+    (open) => {
+      if (!open) {
+        live.textContent = 'reconnecting…';
+        live.dataset.state = 'down';
+      }
+    },
+  );
+
+  const stopPoll = poll(async (signal) => {
+    const [hosts, apps, flows] = await Promise.all([
+      api.hosts({ sort: 'bytes', limit: 10 }, signal),
+      api.top('applications', 10, signal),
+      api.flows({ sort: 'bytes', limit: 10 }, signal),
+    ]);
+    hostsT.update(hosts.hosts);
+    appsTotal = apps.rows.reduce((a, r) => a + r.bytes, 0);
+    appsT.update(apps.rows);
+    flowsT.update(flows.flows);
+  }, 3000);
+
+  return stopAll(unsubscribe, stopPoll, () => chart.destroy());
+};

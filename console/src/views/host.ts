@@ -1,0 +1,124 @@
+// One host (#/host/10.0.0.1): its counters (one block per VLAN it was seen on), its traffic
+// over time, applications, peers, server ports and largest flows. Refreshed every 2 s; the
+// traffic chart is drawn from the differences between two refreshes.
+
+import { api, ApiError, type Flow, type Host, type HostDetail, type Ranked } from '../api';
+import { LiveChart } from '../chart';
+import { card, el, heading, link, replace } from '../dom';
+import { appCell, flowColumns, hostLink } from '../flowcols';
+import * as fmt from '../format';
+import { poll } from '../poll';
+import { href } from '../router';
+import { bar, num, table } from '../table';
+import { stopAll, type View } from './view';
+
+/** The counters shown for a host, with the API field each comes from. */
+const COUNTERS: [keyof Host, string, (n: number) => string][] = [
+  ['sent_bytes', 'Bytes sent', fmt.bytes],
+  ['rcvd_bytes', 'Bytes received', fmt.bytes],
+  ['sent_packets', 'Packets sent', fmt.count],
+  ['rcvd_packets', 'Packets received', fmt.count],
+  ['flows_as_client', 'Flows as client', fmt.count],
+  ['flows_as_server', 'Flows as server', fmt.count],
+  ['active_flows', 'Active flows', fmt.count],
+];
+
+function counters(h: Host): HTMLElement {
+  const items: HTMLElement[] = [];
+  for (const [k, label, f] of COUNTERS) {
+    const v = h[k] as number;
+    items.push(el('div', { class: 'stat' }, el('dt', {}, label), el('dd', { 'data-counter': k }, num(v, f(v)))));
+  }
+  items.push(el('div', { class: 'stat' }, el('dt', {}, 'MAC'), el('dd', {}, h.mac ?? '–')));
+  items.push(el('div', { class: 'stat' }, el('dt', {}, 'First seen'), el('dd', {}, fmt.time(h.first_seen))));
+  items.push(el('div', { class: 'stat' }, el('dt', {}, 'Last seen'), el('dd', {}, fmt.time(h.last_seen))));
+  return el('dl', { class: 'stats', 'data-vlan': h.vlan }, ...items);
+}
+
+function ranked(caption: string, first: string, cellOf: (r: Ranked) => HTMLElement | string) {
+  let total = 0;
+  const t = table<Ranked>({
+    caption,
+    hideCaption: true,
+    columns: [
+      { label: first, rowHeader: true, cell: cellOf },
+      { label: 'Bytes', numeric: true, cell: (r) => num(r.bytes, fmt.bytes(r.bytes)) },
+      { label: 'Flows', numeric: true, cell: (r) => r.flows },
+      { label: 'Share', cell: (r) => bar(r.bytes, total) },
+    ],
+    empty: 'None.',
+  });
+  return {
+    el: t.el,
+    update(rows: Ranked[]) {
+      total = rows.reduce((a, r) => a + r.bytes, 0);
+      t.update(rows);
+    },
+  };
+}
+
+export const host: View = (root, route) => {
+  const ip = route.arg;
+  const chart = new LiveChart({
+    label: `Traffic of ${ip}, bits per second sent and received`,
+    window: 300,
+    series: [
+      { label: 'sent', colorVar: '--c1', axis: 'left', format: fmt.bits },
+      { label: 'received', colorVar: '--c2', axis: 'left', format: fmt.bits },
+    ],
+  });
+  const blocks = el('div', { class: 'host-counters' });
+  const status = el('p', { class: 'error', role: 'alert' });
+  const apps = ranked('Applications of this host', 'Application', (r) => appCell(r.application ?? null));
+  const peers = ranked('Peers of this host', 'Peer', (r) => hostLink(r.ip ?? ''));
+  const ports = ranked('Server ports of this host', 'Port/protocol', (r) => {
+    const [port, proto] = (r.port ?? '').split('/');
+    return link(href('flows', '', { host: ip, port, proto }), `${port}/${fmt.proto(Number(proto))}`);
+  });
+  const flowsT = table<Flow>({ caption: 'Largest flows of this host', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows.' });
+  const flowsNote = el('p', { class: 'muted' });
+
+  root.append(
+    heading(`Host ${ip}`, link(href('flows', '', { host: ip }), 'All its flows →', { class: 'more' })),
+    status,
+    blocks,
+    el('section', { class: 'card wide', 'aria-labelledby': 'host-tp' }, el('h2', { id: 'host-tp' }, 'Traffic'), chart.el),
+    el('div', { class: 'grid' }, card('Applications', apps.el), card('Peers', peers.el), card('Server ports', ports.el)),
+    el('section', { class: 'card wide', 'aria-labelledby': 'host-flows' }, el('h2', { id: 'host-flows' }, 'Flows'), flowsNote, flowsT.el),
+  );
+
+  // Rates come from two consecutive refreshes: bytes now minus bytes then, over the time between.
+  let prev: { t: number; sent: number; rcvd: number } | null = null;
+  function show(d: HostDetail) {
+    status.textContent = '';
+    replace(
+      blocks,
+      ...d.host.map((h) =>
+        d.host.length > 1 ? el('section', { class: 'card wide' }, el('h2', {}, `VLAN ${h.vlan}`), counters(h)) : el('section', { class: 'card wide' }, counters(h)),
+      ),
+    );
+    const now = Date.now() / 1000;
+    const sent = d.host.reduce((a, h) => a + h.sent_bytes, 0);
+    const rcvd = d.host.reduce((a, h) => a + h.rcvd_bytes, 0);
+    if (prev && now > prev.t) {
+      const dt = now - prev.t;
+      chart.push(now, [Math.max(0, ((sent - prev.sent) * 8) / dt), Math.max(0, ((rcvd - prev.rcvd) * 8) / dt)]);
+    }
+    prev = { t: now, sent, rcvd };
+    apps.update(d.applications);
+    peers.update(d.peers);
+    ports.update(d.server_ports);
+    flowsT.update(d.flows);
+    flowsNote.textContent = d.flows_total > d.flows.length ? `The ${d.flows.length} largest of ${d.flows_total} flows.` : `${d.flows_total} flows.`;
+  }
+
+  const stopPoll = poll(async (signal) => {
+    try {
+      show(await api.host(ip, signal));
+    } catch (e) {
+      if (signal.aborted) return;
+      status.textContent = e instanceof ApiError && e.status === 404 ? `${ip} is not a live host (never seen, or idle and purged).` : (e as Error).message;
+    }
+  }, 2000);
+  return stopAll(stopPoll, () => chart.destroy());
+};

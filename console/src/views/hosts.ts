@@ -1,0 +1,96 @@
+// All live hosts: sorted, filtered and paged by the server (a probe may see millions), refreshed
+// every few seconds. Sort, filter and page are in the URL: #/hosts?sort=bytes&order=desc&q=10.0.
+
+import { api, type Host } from '../api';
+import { el, heading } from '../dom';
+import { hostLink } from '../flowcols';
+import * as fmt from '../format';
+import { poll } from '../poll';
+import { replaceParams } from '../router';
+import { num, pager, table, type Order } from '../table';
+import type { View } from './view';
+
+const LIMIT = 50;
+
+export const hosts: View = (root, route) => {
+  const p = route.params;
+  const state = {
+    sort: p.get('sort') ?? 'bytes',
+    order: (p.get('order') === 'asc' ? 'asc' : 'desc') as Order,
+    q: p.get('q') ?? '',
+    offset: Math.max(0, Number(p.get('offset')) || 0),
+  };
+
+  const t = table<Host>({
+    caption: 'Live hosts',
+    hideCaption: true,
+    sort: { key: state.sort, order: state.order },
+    onSort: (key, order) => {
+      Object.assign(state, { sort: key, order, offset: 0 });
+      refresh();
+    },
+    columns: [
+      { label: 'Host', rowHeader: true, cell: (h) => hostLink(h.ip) },
+      { label: 'VLAN', numeric: true, cell: (h) => h.vlan },
+      { label: 'MAC', cell: (h) => h.mac ?? '' },
+      { label: 'Bytes', sort: 'bytes', numeric: true, cell: (h) => num(h.sent_bytes + h.rcvd_bytes, fmt.bytes(h.sent_bytes + h.rcvd_bytes)) },
+      { label: 'Packets', sort: 'packets', numeric: true, cell: (h) => num(h.sent_packets + h.rcvd_packets, fmt.count(h.sent_packets + h.rcvd_packets)) },
+      { label: 'Sent', sort: 'sent_bytes', numeric: true, cell: (h) => num(h.sent_bytes, fmt.bytes(h.sent_bytes)) },
+      { label: 'Received', sort: 'rcvd_bytes', numeric: true, cell: (h) => num(h.rcvd_bytes, fmt.bytes(h.rcvd_bytes)) },
+      { label: 'Flows', sort: 'flows', numeric: true, cell: (h) => num(h.flows_as_client + h.flows_as_server, fmt.count(h.flows_as_client + h.flows_as_server)) },
+      { label: 'Active flows', sort: 'active_flows', numeric: true, cell: (h) => h.active_flows },
+      { label: 'First seen', sort: 'first_seen', cell: (h) => fmt.time(h.first_seen) },
+      { label: 'Last seen', sort: 'last_seen', cell: (h) => fmt.time(h.last_seen) },
+    ],
+    empty: 'No host matches.',
+  });
+  const pages = pager((offset) => {
+    state.offset = offset;
+    refresh();
+  });
+
+  // The address filter is applied as you type, a moment after the last key.
+  const search = el('input', { type: 'search', id: 'hosts-q', name: 'q', placeholder: 'e.g. 10.0. or fe80::', autocomplete: 'off', spellcheck: 'false' });
+  search.value = state.q;
+  let typing: number | undefined;
+  search.addEventListener('input', () => {
+    window.clearTimeout(typing);
+    typing = window.setTimeout(() => {
+      Object.assign(state, { q: search.value.trim(), offset: 0 });
+      refresh();
+    }, 250);
+  });
+  const error = el('p', { class: 'error', role: 'alert' });
+
+  root.append(
+    heading('Hosts'),
+    el('form', { class: 'filters', role: 'search', 'aria-label': 'Filter hosts' }, el('label', { for: 'hosts-q' }, 'Address contains'), search),
+    error,
+    t.el,
+    pages.el,
+  );
+  root.querySelector('form')?.addEventListener('submit', (e) => e.preventDefault());
+
+  let stopPoll = () => {};
+  function refresh() {
+    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, offset: state.offset || undefined });
+    // Restart the cycle so the new view is fetched now.
+    stopPoll();
+    stopPoll = poll(async (signal) => {
+      try {
+        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, offset: state.offset, limit: LIMIT }, signal);
+        error.textContent = '';
+        t.update(r.hosts);
+        pages.update(r.total, r.offset, LIMIT);
+      } catch (e) {
+        if (!signal.aborted) error.textContent = (e as Error).message;
+        throw e;
+      }
+    }, 5000);
+  }
+  refresh();
+  return () => {
+    window.clearTimeout(typing);
+    stopPoll();
+  };
+};

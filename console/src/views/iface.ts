@@ -1,0 +1,72 @@
+// The interface: what sonde received and what it could not count (drops by sonde, by the
+// capture's kernel buffer, by the interface), with live rates and drops per second.
+
+import { api, subscribe, type Interface } from '../api';
+import { LiveChart } from '../chart';
+import { card, el, heading } from '../dom';
+import * as fmt from '../format';
+import { poll } from '../poll';
+import { num } from '../table';
+import { stopAll, type View } from './view';
+
+const ROWS: [keyof Interface, string, (n: number) => string, string][] = [
+  ['packets', 'Packets', fmt.count, 'every packet seen'],
+  ['bytes', 'Bytes on the wire', fmt.bytes, 'frame lengths'],
+  ['ip_packets', 'IP packets', fmt.count, 'counted in flows'],
+  ['ip_bytes', 'IP bytes', fmt.bytes, 'IP total lengths'],
+  ['non_ip', 'Non-IP packets', fmt.count, 'ARP, LLDP, …'],
+  ['malformed', 'Malformed packets', fmt.count, 'could not be decoded'],
+  ['dropped', 'Dropped by sonde', fmt.count, 'flow table full'],
+  ['capture_dropped', 'Dropped by the capture', fmt.count, 'kernel buffer full'],
+  ['interface_dropped', 'Dropped by the interface', fmt.count, 'reported by the NIC'],
+  ['flows_active', 'Active flows', fmt.count, ''],
+  ['flows_created', 'Flows created', fmt.count, ''],
+  ['hosts_active', 'Active hosts', fmt.count, ''],
+];
+
+export const iface: View = (root) => {
+  const chart = new LiveChart({
+    label: 'Packets and drops per second over the last two minutes',
+    window: 120,
+    series: [
+      { label: 'packets/s', colorVar: '--c2', axis: 'left', format: fmt.pps },
+      { label: 'drops/s', colorVar: '--c3', axis: 'right', format: fmt.pps },
+    ],
+  });
+  const source = el('p', { class: 'muted' });
+  const tbody = el('tbody');
+  const cells = new Map<keyof Interface, HTMLElement>();
+  for (const [k, label, , note] of ROWS) {
+    const td = el('td', { class: 'num', 'data-counter': k }, '–');
+    cells.set(k, td);
+    tbody.append(el('tr', {}, el('th', { scope: 'row' }, label), td, el('td', { class: 'muted' }, note)));
+  }
+  const counters = el(
+    'table',
+    { class: 'data' },
+    el('caption', { class: 'sr-only' }, 'Interface counters'),
+    el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Counter'), el('th', { scope: 'col', class: 'num' }, 'Value'), el('th', { scope: 'col' }, 'What'))),
+    tbody,
+  );
+  root.append(
+    heading('Interface', source),
+    el('section', { class: 'card wide', 'aria-labelledby': 'if-rate' }, el('h2', { id: 'if-rate' }, 'Packets and drops'), chart.el),
+    card('Counters', el('div', { class: 'table-wrap' }, counters)),
+  );
+
+  let lastDropped: number | null = null;
+  const unsubscribe = subscribe((t) => {
+    const drops = lastDropped === null ? 0 : Math.max(0, t.dropped - lastDropped);
+    lastDropped = t.dropped;
+    chart.push(Date.now() / 1000, [t.packets_per_s, drops]);
+  });
+  const stopPoll = poll(async (signal) => {
+    const i = await api.iface(signal);
+    source.textContent = `Source: ${i.source}`;
+    for (const [k, , f] of ROWS) {
+      const v = i[k] as number;
+      cells.get(k)?.replaceChildren(num(v, f(v)));
+    }
+  }, 2000);
+  return stopAll(unsubscribe, stopPoll, () => chart.destroy());
+};

@@ -1,0 +1,17 @@
+// What every view is: a function that fills `root` for a route and returns how to stop it
+// (timers, event streams, charts), called when the user goes elsewhere.
+
+import type { Me } from '../api';
+import type { Route } from '../router';
+
+export interface Ctx {
+  me: Me;
+}
+
+export type Stop = () => void;
+export type View = (root: HTMLElement, route: Route, ctx: Ctx) => Stop | void;
+
+/** Runs all of `stops`. */
+export function stopAll(...stops: (Stop | undefined)[]): Stop {
+  return () => stops.forEach((s) => s?.());
+}
