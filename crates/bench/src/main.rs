@@ -5,10 +5,12 @@
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR]
-//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history] [--repeats N]
+//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history,api]
+//!                    [--repeats N]
 
 use serde_json::Value;
 
+mod api_bench;
 mod history_bench;
 mod series_bench;
 use sonde_bench::{
@@ -23,8 +25,8 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 9] = [
-    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "series", "history",
+const SECTIONS: [&str; 10] = [
+    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "series", "history", "api",
 ];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
@@ -1648,6 +1650,12 @@ fn main() {
                 b.progress("history: flow history ingest and queries");
                 let text = history_bench::run(b.opts.quick, &b.scratch)
                     .unwrap_or_else(|e| format!("## 9. Flow history\n\nfailed: {e}\n"));
+                b.emit(&text);
+            }
+            "api" => {
+                b.progress("api: REST API latency at 1M hosts and flows, and packets under load");
+                let text = api_bench::run(b.opts.quick, b.opts.repeats, &b.opts.sonde, &b.scratch)
+                    .unwrap_or_else(|e| format!("## 10. REST API speed\n\nfailed: {e}\n"));
                 b.emit(&text);
             }
             _ => unreachable!(),
