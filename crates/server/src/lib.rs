@@ -72,6 +72,8 @@ struct AppState {
     view: ProbeView,
     /// The hosts and flows of the last second, shared by the requests that read them.
     cache: snapshot::Cache,
+    /// Pages already answered from that snapshot.
+    memo: snapshot::Memo,
     info: ServerInfo,
     /// The last counters an `/interface` request saw, for rates between two requests.
     last: Mutex<Option<(Instant, ShardStats)>>,
@@ -139,6 +141,7 @@ pub fn start(
     } = bound;
     let state = Arc::new(AppState {
         cache: snapshot::Cache::new(view.clone()),
+        memo: snapshot::Memo::default(),
         view,
         info,
         last: Mutex::new(None),
@@ -385,6 +388,7 @@ fn host_json(h: &Host) -> Value {
 /// `GET /api/v1/hosts?sort=bytes&order=desc&offset=0&limit=50&q=10.0.&net=10.0.0.0/8`
 async fn hosts(
     State(s): Shared,
+    uri: axum::http::Uri,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (offset, limit, desc) = page(&q)?;
@@ -415,6 +419,10 @@ async fn hosts(
         .transpose()
         .map_err(bad)?;
     let snap = s.cache.get().await.map_err(internal)?;
+    let request = format!("hosts?{}", uri.query().unwrap_or(""));
+    if let Some(answer) = s.memo.get(&snap, &request) {
+        return Ok(Json(answer).into_response());
+    }
     let (total, rows) = snapshot::page(
         &[&snap.hosts],
         |h| {
@@ -428,10 +436,9 @@ async fn hosts(
         limit,
     );
     let page: Vec<Value> = rows.into_iter().map(host_json).collect();
-    Ok(
-        Json(json!({ "total": total, "offset": offset, "limit": limit, "hosts": page }))
-            .into_response(),
-    )
+    let answer = json!({ "total": total, "offset": offset, "limit": limit, "hosts": page });
+    s.memo.put(&snap, request, answer.clone());
+    Ok(Json(answer).into_response())
 }
 
 /// A page of flows as JSON, with what DPI learned about each (asked of the shards for these
@@ -505,6 +512,7 @@ fn flow_info(meta: Option<&Meta>) -> Value {
 /// `GET /api/v1/flows?host=10.0.0.1&port=443&proto=6&app=TLS&sort=bytes&limit=50`
 async fn flows(
     State(s): Shared,
+    uri: axum::http::Uri,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (offset, limit, desc) = page(&q)?;
@@ -547,6 +555,10 @@ async fn flows(
         },
     };
     let snap = s.cache.get().await.map_err(internal)?;
+    let request = format!("flows?{}", uri.query().unwrap_or(""));
+    if let Some(answer) = s.memo.get(&snap, &request) {
+        return Ok(Json(answer).into_response());
+    }
     let (total, rows) = snapshot::page(
         &snap.flow_slices(),
         |f| {
@@ -565,10 +577,9 @@ async fn flows(
         limit,
     );
     let page = flows_json(&s.view, rows.into_iter().copied().collect()).await?;
-    Ok(
-        Json(json!({ "total": total, "offset": offset, "limit": limit, "flows": page }))
-            .into_response(),
-    )
+    let answer = json!({ "total": total, "offset": offset, "limit": limit, "flows": page });
+    s.memo.put(&snap, request, answer.clone());
+    Ok(Json(answer).into_response())
 }
 
 /// Adds `f`'s bytes (both ways) and one flow to `key`'s row of `t`.

@@ -301,3 +301,56 @@ mod filter_tests {
         assert!(!AddrText::new("10.2").matches(&v4([10, 1, 2, 3]), 4));
     }
 }
+
+/// Answers already given from the current snapshot, by request: the console asks the same few
+/// pages over and over, and each full scan of a million rows costs the shards memory bandwidth.
+#[derive(Default)]
+pub struct Memo {
+    inner: std::sync::Mutex<(
+        Option<Instant>,
+        std::collections::HashMap<String, serde_json::Value>,
+    )>,
+}
+
+/// Distinct requests remembered per snapshot; more start the list afresh.
+const MEMO_MAX: usize = 256;
+
+impl Memo {
+    pub fn get(&self, snap: &Snapshot, request: &str) -> Option<serde_json::Value> {
+        let m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        (m.0 == Some(snap.taken)).then(|| m.1.get(request).cloned())?
+    }
+
+    pub fn put(&self, snap: &Snapshot, request: String, answer: serde_json::Value) {
+        let mut m = self.inner.lock().unwrap_or_else(|e| e.into_inner());
+        if m.0 != Some(snap.taken) || m.1.len() >= MEMO_MAX {
+            m.1.clear();
+            m.0 = Some(snap.taken);
+        }
+        m.1.insert(request, answer);
+    }
+}
+
+#[cfg(test)]
+mod memo_tests {
+    use super::{Memo, Snapshot};
+    use std::time::{Duration, Instant};
+
+    #[test]
+    fn answers_are_kept_for_their_snapshot_only() {
+        let at = |t| Snapshot {
+            taken: t,
+            hosts: Vec::new(),
+            flow_parts: Vec::new(),
+        };
+        let now = Instant::now();
+        let (a, b) = (at(now), at(now + Duration::from_millis(1)));
+        let memo = Memo::default();
+        memo.put(&a, "hosts?limit=5".into(), serde_json::json!(1));
+        assert_eq!(memo.get(&a, "hosts?limit=5"), Some(serde_json::json!(1)));
+        assert_eq!(memo.get(&a, "hosts?limit=6"), None);
+        assert_eq!(memo.get(&b, "hosts?limit=5"), None);
+        memo.put(&b, "flows?".into(), serde_json::json!(2));
+        assert_eq!(memo.get(&a, "hosts?limit=5"), None);
+    }
+}
