@@ -2,23 +2,13 @@
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
-import { ARTIFACTS, CORPUS, login, screenshot, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
+import { test } from 'node:test';
+import { ARTIFACTS, CORPUS, login, screenshot, useSondeAndBrowser, waitFor } from './lib.js';
 
 // 59 s of Telegram traffic with 24 hosts: packets in nearly every second.
 const CAPTURE = path.join(CORPUS, 'telegram.pcap');
 
-let sonde, b, tmp;
-before(async () => {
-  tmp = tmpdir();
-  sonde = await startSonde({ capture: CAPTURE, usersFile: path.join(tmp.dir, 'users') });
-  b = await startBrowser();
-});
-after(async () => {
-  await b?.browser.close();
-  await sonde?.stop();
-  tmp?.remove();
-});
+const env = useSondeAndBrowser(CAPTURE);
 
 /** The chart canvas's pixels, as a hash-free copy to compare. */
 const pixels = (page) =>
@@ -29,10 +19,10 @@ const pixels = (page) =>
   });
 
 test('the dashboard chart moves with the event stream', { timeout: 120_000 }, async () => {
-  assert.ok(sonde.adminPassword, `first start prints the admin password: ${sonde.stderr()}`);
-  const { page, problems } = b;
-  await page.goto(`${sonde.url}/#/dashboard`);
-  await login(page, sonde.url, 'admin', sonde.adminPassword);
+  assert.ok(env.sonde.adminPassword, `first start prints the admin password: ${env.sonde.stderr()}`);
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/dashboard`);
+  await login(page, env.sonde.url, 'admin', env.sonde.adminPassword);
   // The stream is up and at least two points are drawn.
   await page.locator('.live[data-state="live"]').waitFor();
   await waitFor(() => page.evaluate(() => document.querySelectorAll('.u-legend .u-value').length > 0), { what: 'the legend' });
@@ -60,8 +50,8 @@ test('the dashboard chart moves with the event stream', { timeout: 120_000 }, as
 });
 
 test('the theme toggle is remembered', { timeout: 60_000 }, async () => {
-  const { page, problems } = b;
-  await page.goto(`${sonde.url}/#/dashboard`);
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/dashboard`);
   const before = await page.evaluate(() => getComputedStyle(document.body).backgroundColor);
   await page.locator('button.theme').click();
   const theme = await page.evaluate(() => document.documentElement.dataset.theme);
@@ -77,8 +67,8 @@ test('the theme toggle is remembered', { timeout: 60_000 }, async () => {
 });
 
 test('deep links: a filtered hosts list, the interface and applications pages', { timeout: 90_000 }, async () => {
-  const { page, problems } = b;
-  await page.goto(`${sonde.url}/#/hosts?sort=packets&q=192.168.`);
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/hosts?sort=packets&q=192.168.`);
   await page.reload();
   await waitFor(async () => {
     const ips = await page.locator('tbody a.ip').allTextContents();
@@ -91,13 +81,13 @@ test('deep links: a filtered hosts list, the interface and applications pages', 
   await page.keyboard.press('Enter');
   await waitFor(() => page.evaluate(() => location.hash.includes('sort=sent_bytes')), { what: 'sort by keyboard' });
 
-  await page.goto(`${sonde.url}/#/interface`);
+  await page.goto(`${env.sonde.url}/#/interface`);
   await waitFor(async () => Number(await page.locator('td[data-counter="packets"] data').getAttribute('value')) > 0, { what: 'interface counters' });
   await page.locator('td[data-counter="capture_dropped"] data').waitFor();
   await page.waitForTimeout(2500);
   await screenshot(page, 'interface');
 
-  await page.goto(`${sonde.url}/#/applications`);
+  await page.goto(`${env.sonde.url}/#/applications`);
   await waitFor(() => page.locator('tbody a[href^="#/flows?app="]').count(), { what: 'applications' });
   await screenshot(page, 'applications');
   assert.deepEqual(problems, []);

@@ -3,22 +3,12 @@
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
-import { CORPUS, login, screenshot, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
+import { test } from 'node:test';
+import { CORPUS, login, screenshot, useSondeAndBrowser, waitFor } from './lib.js';
 
 const CAPTURE = path.join(CORPUS, 'telegram.pcap');
 
-let sonde, b, tmp;
-before(async () => {
-  tmp = tmpdir();
-  sonde = await startSonde({ capture: CAPTURE, usersFile: path.join(tmp.dir, 'users') });
-  b = await startBrowser();
-});
-after(async () => {
-  await b?.browser.close();
-  await sonde?.stop();
-  tmp?.remove();
-});
+const env = useSondeAndBrowser(CAPTURE);
 
 /** The table's total (from the pager) and the ports of each row, read at one instant. */
 const table = (page) =>
@@ -32,9 +22,9 @@ const table = (page) =>
   });
 
 test('a port filter narrows the flows table', { timeout: 120_000 }, async () => {
-  const { page, problems } = b;
-  await page.goto(`${sonde.url}/#/flows`);
-  await login(page, sonde.url, 'admin', sonde.adminPassword);
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/flows`);
+  await login(page, env.sonde.url, 'admin', env.sonde.adminPassword);
 
   // Enough flows, and some that are not DNS.
   const before = await waitFor(
@@ -68,7 +58,7 @@ test('a port filter narrows the flows table', { timeout: 120_000 }, async () => 
   );
 
   // The deep link alone gives the filtered table, with the form filled in.
-  await page.goto(`${sonde.url}/#/flows?port=53`);
+  await page.goto(`${env.sonde.url}/#/flows?port=53`);
   await page.reload();
   await waitFor(async () => {
     const t = await table(page);

@@ -3,23 +3,13 @@
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { after, before, test } from 'node:test';
-import { capinfosPackets, CORPUS, login, pageFetch, screenshot, startBrowser, startSonde, tmpdir, tsharkEndpoints, waitFor } from './lib.js';
+import { test } from 'node:test';
+import { capinfosPackets, CORPUS, login, pageFetch, screenshot, tsharkEndpoints, useSondeAndBrowser, waitFor } from './lib.js';
 
 // 15 s, 16 hosts: short enough to wait for its end.
 const CAPTURE = path.join(CORPUS, 'bittorrent.pcap');
 
-let sonde, b, tmp;
-before(async () => {
-  tmp = tmpdir();
-  sonde = await startSonde({ capture: CAPTURE, usersFile: path.join(tmp.dir, 'users') });
-  b = await startBrowser();
-});
-after(async () => {
-  await b?.browser.close();
-  await sonde?.stop();
-  tmp?.remove();
-});
+const env = useSondeAndBrowser(CAPTURE);
 
 /** The value (exact, from <data value>) of each counter on the host page. */
 const counters = (page) =>
@@ -30,9 +20,9 @@ const counters = (page) =>
   });
 
 test('a host from the hosts table shows its counters', { timeout: 150_000 }, async () => {
-  const { page, problems } = b;
-  await page.goto(`${sonde.url}/#/hosts`);
-  await login(page, sonde.url, 'admin', sonde.adminPassword);
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/hosts`);
+  await login(page, env.sonde.url, 'admin', env.sonde.adminPassword);
 
   // Wait for the whole file: then the counters stop moving and tshark is the oracle.
   const total = capinfosPackets(CAPTURE);

@@ -8,6 +8,7 @@ import net from 'node:net';
 import os from 'node:os';
 import path from 'node:path';
 import { fileURLToPath } from 'node:url';
+import { after, before } from 'node:test';
 import { chromium } from 'playwright-core';
 
 const here = path.dirname(fileURLToPath(import.meta.url));
@@ -184,4 +185,24 @@ export function tsharkEndpoints(file) {
   }
   if (out.size === 0) throw new Error(`tshark endpoints of ${file}: nothing read (${r.stderr})`);
   return out;
+}
+
+/**
+ * The usual setup of a test file: a temporary directory, a sonde replaying `capture` with a
+ * users file in it, and a browser; all started before the file's tests and stopped after them.
+ * Returns an object whose `sonde`, `b` and `tmp` are filled in by then.
+ */
+export function useSondeAndBrowser(capture) {
+  const env = {};
+  before(async () => {
+    env.tmp = tmpdir();
+    env.sonde = await startSonde({ capture, usersFile: path.join(env.tmp.dir, 'users') });
+    env.b = await startBrowser();
+  });
+  after(async () => {
+    await env.b?.browser.close();
+    await env.sonde?.stop();
+    env.tmp?.remove();
+  });
+  return env;
 }

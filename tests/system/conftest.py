@@ -124,3 +124,14 @@ def pytest_terminal_summary(terminalreporter, exitstatus, config):
         else:
             path.write_text(report.markdown())
             terminalreporter.write_line(f"wrote {path}")
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on right now."""
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port

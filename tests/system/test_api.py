@@ -15,15 +15,11 @@ import urllib.request
 
 import pytest
 
+from conftest import free_port
+
 import oracle
 
 
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def _get(base, path):
@@ -74,7 +70,7 @@ def served(sonde_bin, corpus, workdir):
     pcap = corpus / "http_connect.pcap"
     if not pcap.exists():
         pytest.skip("http_connect.pcap not in the corpus")
-    port = _port()
+    port = free_port()
     stats = workdir / "stats.json"
     proc = subprocess.Popen(
         [str(sonde_bin), "-r", pcap, "--http", f"127.0.0.1:{port}", "--no-auth", "--duration", "60",
@@ -206,7 +202,7 @@ def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
     pcap = corpus / "dns_doh.pcap"
     if not pcap.exists():
         pytest.skip("dns_doh.pcap not in the corpus")
-    port = _port()
+    port = free_port()
     data = workdir / "data"
     stats = workdir / "stats.json"
     proc = subprocess.Popen(
@@ -240,7 +236,7 @@ def test_events_stream_live_counters(sonde_bin, corpus):
     pcap = corpus / "tor.pcap"  # about ten minutes at its own pace: traffic all along
     if not pcap.exists():
         pytest.skip("tor.pcap not in the corpus")
-    port = _port()
+    port = free_port()
     proc = subprocess.Popen(
         [str(sonde_bin), "-r", pcap, "--replay", "realtime", "--http", f"127.0.0.1:{port}", "--no-auth",
          "--duration", "20", "-q"],

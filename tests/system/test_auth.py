@@ -8,7 +8,6 @@ import json
 import os
 import re
 import signal
-import socket
 import ssl
 import stat
 import subprocess
@@ -16,13 +15,9 @@ import time
 
 import pytest
 
+from conftest import free_port
 
-def _port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
+
 
 
 class Client:
@@ -60,7 +55,7 @@ class Client:
 
 
 def _start(sonde_bin, corpus, args, users=None):
-    port = _port()
+    port = free_port()
     cmd = [str(sonde_bin), "-r", str(corpus / "http_connect.pcap"), "--http", f"127.0.0.1:{port}",
            "--duration", "60", "-q", *args]
     if users is not None:
@@ -234,11 +229,11 @@ def test_bad_users_file_and_contradictory_flags_are_named(sonde_bin, sonde, need
     good = [line for line in users.read_text().splitlines() if line.startswith("user")]
     users.write_text(good[0] + "\nuser eve superuser $argon2id$x\n")
     pcap = need_corpus / "http_connect.pcap"
-    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--users", users)
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{free_port()}", "--users", users)
     assert p.returncode != 0 and "line 2" in p.stderr and "superuser" in p.stderr, p.stderr
-    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--users", users, "--no-auth")
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{free_port()}", "--users", users, "--no-auth")
     assert p.returncode != 0 and "--no-auth" in p.stderr, p.stderr
-    p = sonde("-r", pcap, "--http", f"127.0.0.1:{_port()}", "--https-cert", users)
+    p = sonde("-r", pcap, "--http", f"127.0.0.1:{free_port()}", "--https-cert", users)
     assert p.returncode != 0 and "--https-key" in p.stderr, p.stderr
 
 
@@ -268,6 +263,6 @@ def test_https_serves_tls_and_marks_cookies_secure(sonde_bin, sonde, need_corpus
     finally:
         _stop(proc)
     # A file that is not a certificate is named.
-    p = sonde("-r", need_corpus / "http_connect.pcap", "--http", f"127.0.0.1:{_port()}",
+    p = sonde("-r", need_corpus / "http_connect.pcap", "--http", f"127.0.0.1:{free_port()}",
               "--users", users, "--https-cert", users, "--https-key", key)
     assert p.returncode != 0 and "--https-cert" in p.stderr, p.stderr
