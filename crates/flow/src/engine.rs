@@ -6,7 +6,7 @@
 //! accounting, idle/active timeouts, host purge) happens in [`Engine::tick`], driven by packet
 //! time, so reading a file gives the same result however fast it is read.
 
-use crate::flow::{EndReason, Flow, FlowRecord, NO_HOST};
+use crate::flow::{EndReason, Flow, FlowRecord, FlowRow, NO_HOST};
 use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
 use crate::series::{Gauges, SeriesAcc, SeriesTick};
@@ -168,6 +168,28 @@ const PREFETCH_MIN_FLOWS: usize = 8192;
 const NO_SLOT: u32 = u32::MAX;
 const HOST_PURGE_EVERY_TICKS: u64 = 10;
 
+/// Rows of the live flows for readers, written during the tick's walk over the flow table
+/// while readers keep asking. That walk reads every flow anyway, so the rows cost the shard
+/// only their writes, where a copy on request reads a million flows again (about 20 ms per
+/// million against 5 to 10 ms). Used above [`EXACT_HOSTS_MAX_FLOWS`] live flows only: below,
+/// a copy on request is cheap and exact.
+#[derive(Default)]
+struct TickRows {
+    rows: Vec<FlowRow>,
+    /// `rows` were written by the last tick and not handed out yet.
+    fresh: bool,
+    /// Ticks write rows until this tick count (a reader asked less than
+    /// [`TICK_ROWS_KEEP`] ticks ago).
+    wanted_until: u64,
+}
+
+/// Ticks go on writing rows for this many ticks after the last reader's request.
+const TICK_ROWS_KEEP: u64 = 5;
+
+/// Up to this many live flows, a reader's view of the hosts is flushed from the flows first
+/// (about a millisecond); above, it is the view of the last tick.
+pub const EXACT_HOSTS_MAX_FLOWS: usize = 65_536;
+
 pub struct Engine {
     cfg: EngineConfig,
     decoder: Decoder,
@@ -182,6 +204,8 @@ pub struct Engine {
     now_ns: u64,
     next_tick_ns: u64,
     ticks: u64,
+    /// Flow rows for readers, taken by the tick (see [`TickRows`]).
+    tick_rows: TickRows,
     last_failed_evict_ns: Option<u64>,
     /// Where [`Engine::flush_some`] goes on from.
     flush_cursor: usize,
@@ -238,6 +262,7 @@ impl Engine {
             now_ns: 0,
             next_tick_ns: 0,
             ticks: 0,
+            tick_rows: TickRows::default(),
             last_failed_evict_ns: None,
             flush_cursor: 0,
             decoded: Some(Box::new([Decoded::default(); BATCH])),
@@ -675,6 +700,11 @@ impl Engine {
         let cfg = self.cfg;
         let n = self.flows.len();
         const AHEAD: usize = 8;
+        // Rows for readers only into a buffer they gave (growing one here would page-fault).
+        let write_rows = self.ticks < self.tick_rows.wanted_until
+            && self.tick_rows.rows.capacity() >= self.live_flows;
+        self.tick_rows.rows.clear();
+        self.tick_rows.fresh = false;
         for slot in 0..n {
             if slot + AHEAD < n {
                 let next = &self.flows[slot + AHEAD];
@@ -717,7 +747,12 @@ impl Engine {
                 f.record_start_ns = now;
                 f.first_ns = now;
             }
+            let f = &self.flows[slot];
+            if write_rows && f.live {
+                self.tick_rows.rows.push(FlowRow::from(f));
+            }
         }
+        self.tick_rows.fresh = write_rows;
         // The interval that ends now started a tick ago (before the first tick: nothing yet).
         if self.series.is_some() {
             let start = self.interval_start_s();
@@ -837,18 +872,53 @@ impl Engine {
         s
     }
 
-    /// Copies of the live flows, with host counters current (a reader's snapshot).
-    pub fn snapshot_flows(&self) -> Vec<Flow> {
-        let mut v = Vec::new();
-        self.snapshot_flows_into(&mut v);
-        v
+    /// The live flows as rows for a reader (a snapshot), into `buf` (cleared first): a reader
+    /// that hands back its last buffer, sized ahead, spares this thread the page faults of a
+    /// fresh allocation.
+    pub fn snapshot_flows_into(&mut self, buf: &mut Vec<FlowRow>) {
+        if self.live_flows > EXACT_HOSTS_MAX_FLOWS {
+            self.tick_rows.wanted_until = self.ticks + TICK_ROWS_KEEP;
+            if self.tick_rows.fresh {
+                // The reader's buffer takes the next tick's rows.
+                std::mem::swap(buf, &mut self.tick_rows.rows);
+                self.tick_rows.fresh = false;
+                return;
+            }
+        }
+        buf.clear();
+        buf.extend(self.flows.iter().filter(|f| f.live).map(FlowRow::from));
     }
 
-    /// The same into `buf` (cleared first): a reader that hands back its last buffer spares
-    /// this thread the page faults of a fresh allocation.
-    pub fn snapshot_flows_into(&self, buf: &mut Vec<Flow>) {
-        buf.clear();
-        buf.extend(self.flows.iter().filter(|f| f.live).copied());
+    /// Whether the tick would write rows for readers if it had a buffer large enough: a
+    /// reader then sends one along with its next request ([`Engine::give_rows_buffer`]).
+    pub fn wants_rows_buffer(&self) -> bool {
+        self.live_flows > EXACT_HOSTS_MAX_FLOWS
+            && self.tick_rows.rows.capacity() < self.live_flows + self.live_flows / 16
+    }
+
+    /// A buffer, sized and touched by a reader, for the tick to write rows into.
+    pub fn give_rows_buffer(&mut self, buf: Vec<FlowRow>) {
+        if buf.capacity() > self.tick_rows.rows.capacity() {
+            self.tick_rows.rows = buf;
+            self.tick_rows.fresh = false;
+        }
+    }
+
+    /// Forgets the last tick's rows: after the input ends, readers get exact copies.
+    pub fn discard_tick_rows(&mut self) {
+        self.tick_rows.fresh = false;
+        self.tick_rows.wanted_until = 0;
+    }
+
+    /// The host table as a reader sees it: counters flushed from the live flows when that is
+    /// cheap (up to [`EXACT_HOSTS_MAX_FLOWS`] live flows), otherwise as of the last tick (at
+    /// most one tick old), because a flush over a million flows is a random walk through
+    /// the host table that would cost the packets tens of milliseconds each time.
+    pub fn hosts_for_reader(&mut self) -> &HostTable {
+        if self.live_flows <= EXACT_HOSTS_MAX_FLOWS {
+            return self.hosts();
+        }
+        &self.hosts
     }
 
     /// What DPI learned about each of the live flows `keys` (None for a flow that is gone or

@@ -194,6 +194,46 @@ impl Default for Flow {
     }
 }
 
+/// What a reader (the REST API) needs of a live flow, in about a third of a [`Flow`]'s
+/// bytes: a snapshot of a million flows is copied on the shard's thread, so every byte left
+/// out is time given back to packets.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct FlowRow {
+    pub key: FlowKey,
+    pub pkts: [u64; 2],
+    pub bytes: [u64; 2],
+    pub first_ns: u64,
+    pub last_ns: u64,
+    pub l7: L7,
+    /// `l7` is final (see [`Flow::dpi_done`]).
+    pub dpi_done: bool,
+    pub client_is_a: bool,
+}
+
+impl From<&Flow> for FlowRow {
+    #[inline]
+    fn from(f: &Flow) -> FlowRow {
+        FlowRow {
+            key: f.key,
+            pkts: f.pkts,
+            bytes: f.bytes,
+            first_ns: f.first_ns,
+            last_ns: f.last_ns,
+            l7: f.l7,
+            dpi_done: f.dpi_done,
+            client_is_a: f.client_is_a,
+        }
+    }
+}
+
+impl FlowRow {
+    /// Direction index of the client side (as [`Flow::client_dir`]).
+    #[inline]
+    pub fn client_dir(&self) -> Dir {
+        usize::from(!self.client_is_a)
+    }
+}
+
 /// A flow as handed to sinks when it ends (or reaches its active timeout).
 #[derive(Clone, Debug)]
 pub struct FlowRecord {

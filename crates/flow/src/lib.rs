@@ -22,7 +22,7 @@ pub mod table;
 pub use engine::{
     copy_payload, decoded_from_record, Engine, EngineConfig, FullPolicy, PacketRef, Payloads, Span,
 };
-pub use flow::{EndReason, Flow, FlowRecord};
+pub use flow::{EndReason, Flow, FlowRecord, FlowRow};
 pub use host::{Host, HostTable};
 pub use key::FlowKey;
 pub use series::{AppKey, ExporterKey, Gauges, IntervalCounts, SeriesTick};

@@ -61,6 +61,9 @@ pub struct ShardStats {
     pub collected_bytes: u64,
     /// sFlow packet samples accounted (each counts `sampling` packets into collected_packets).
     pub collected_samples: u64,
+    /// Time this shard spent answering readers (the REST API's snapshots), in ns: what the
+    /// API cost the packets.
+    pub reader_ns: u64,
 }
 
 impl ShardStats {
@@ -102,6 +105,7 @@ impl ShardStats {
         self.collected_packets += o.collected_packets;
         self.collected_bytes += o.collected_bytes;
         self.collected_samples += o.collected_samples;
+        self.reader_ns += o.reader_ns;
     }
 
     pub fn flows_ended_total(&self) -> u64 {

@@ -4,7 +4,7 @@ use crossbeam_channel::{Receiver, Sender};
 use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
 use sonde_dpi::Meta;
 use sonde_flow::{
-    EndReason, Engine, Flow, FlowKey, FlowRecord, Host, PacketRef, Payloads, ShardStats, Span,
+    EndReason, Engine, FlowKey, FlowRecord, FlowRow, Host, PacketRef, Payloads, ShardStats, Span,
 };
 use sonde_wire::{Decoded, LinkType};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -16,7 +16,9 @@ pub(crate) const HOUSEKEEPING_PACKETS: u64 = 4096;
 
 pub(crate) enum Request {
     /// A snapshot into the given buffer (reused by the reader to spare allocations).
-    Flows(Vec<Flow>, Sender<Vec<Flow>>),
+    /// The second buffer, empty unless the shard asked for one (`Shared::wants_rows_buffer`),
+    /// is kept by the shard for the rows its ticks write.
+    Flows(Vec<FlowRow>, Vec<FlowRow>, Sender<Vec<FlowRow>>),
     Hosts(Vec<Host>, Sender<Vec<Host>>),
     Meta(Vec<FlowKey>, Sender<Vec<Option<Box<Meta>>>>),
 }
@@ -26,6 +28,8 @@ pub(crate) struct Shared {
     pub stats: Mutex<ShardStats>,
     pub capture: Mutex<CaptureDrops>,
     pub requests: Sender<Request>,
+    /// The shard's engine wants a buffer for readers' rows (see `Engine::wants_rows_buffer`).
+    pub wants_rows_buffer: AtomicBool,
 }
 
 /// Decoded packets handed from the file reader to a shard.
@@ -78,6 +82,8 @@ pub(crate) struct ShardCtx {
     pub host_cache: Option<HostCacheLink>,
     /// See [`crate::ProbeConfig::linger`].
     pub linger: bool,
+    /// Time spent in [`ShardCtx::answer`] so far (published as [`ShardStats::reader_ns`]).
+    pub reader_ns: u64,
 }
 
 /// A shard's link to the host cache thread.
@@ -91,7 +97,9 @@ impl ShardCtx {
     /// Publishes stats, hands expired records to the sink and answers snapshot requests.
     pub fn housekeeping(&mut self) {
         self.drain();
-        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()) = self.engine.stats();
+        let mut stats = self.engine.stats();
+        stats.reader_ns = self.reader_ns;
+        *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         while let Ok(req) = self.requests.try_recv() {
             self.answer(req);
         }
@@ -99,9 +107,15 @@ impl ShardCtx {
 
     /// Answers a reader's request for a snapshot or for flow metadata.
     fn answer(&mut self, req: Request) {
+        let started = Instant::now();
         match req {
-            Request::Flows(mut buf, reply) => {
+            Request::Flows(mut buf, spare, reply) => {
+                self.engine.give_rows_buffer(spare);
                 self.engine.snapshot_flows_into(&mut buf);
+                let wants = self.engine.wants_rows_buffer();
+                self.shared
+                    .wants_rows_buffer
+                    .store(wants, Ordering::Relaxed);
                 let _ = reply.send(buf);
             }
             Request::Meta(keys, reply) => {
@@ -109,10 +123,11 @@ impl ShardCtx {
             }
             Request::Hosts(mut buf, reply) => {
                 buf.clear();
-                buf.extend(self.engine.hosts().iter().copied());
+                buf.extend(self.engine.hosts_for_reader().iter().copied());
                 let _ = reply.send(buf);
             }
         }
+        self.reader_ns += started.elapsed().as_nanos() as u64;
     }
 
     /// Hands the closed seconds' rows to the time series writer; `last` at the end.
@@ -243,7 +258,11 @@ impl ShardCtx {
     }
 
     pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
-        // Input over, state kept for readers until told to stop.
+        // Input over, state kept for readers until told to stop, with host counters exact.
+        if self.linger {
+            self.engine.hosts();
+            self.engine.discard_tick_rows();
+        }
         while self.linger && !self.stopped() {
             self.housekeeping();
             // Wake for a reader's request at once; otherwise look at the stop flag now and then.

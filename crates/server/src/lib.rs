@@ -24,7 +24,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use snapshot::{AddrText, Net};
 use sonde_dpi::Meta;
-use sonde_flow::{Flow, FlowKey, Host, ShardStats};
+use sonde_flow::{FlowKey, FlowRow, Host, ShardStats};
 use sonde_probe::ProbeView;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -152,9 +152,11 @@ pub fn start(
     let thread = std::thread::Builder::new()
         .name("http".into())
         .spawn(move || {
+            below_packet_threads();
             let rt = match tokio::runtime::Builder::new_current_thread()
                 .enable_io()
                 .enable_time()
+                .on_thread_start(below_packet_threads)
                 .build()
             {
                 Ok(rt) => rt,
@@ -443,7 +445,7 @@ async fn hosts(
 
 /// A page of flows as JSON, with what DPI learned about each (asked of the shards for these
 /// flows only).
-async fn flows_json(view: &ProbeView, page: Vec<Flow>) -> Result<Vec<Value>, ApiError> {
+async fn flows_json(view: &ProbeView, page: Vec<FlowRow>) -> Result<Vec<Value>, ApiError> {
     let v = view.clone();
     let keys: Vec<FlowKey> = page.iter().map(|f| f.key).collect();
     let metas = tokio::task::spawn_blocking(move || v.flow_meta(&keys))
@@ -456,7 +458,7 @@ async fn flows_json(view: &ProbeView, page: Vec<Flow>) -> Result<Vec<Value>, Api
         .collect())
 }
 
-fn flow_json(f: &Flow, meta: Option<&Meta>) -> Value {
+fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
     let c = f.client_dir();
     let s = 1 - c;
     let (ca, sa, cp, sp) = if c == 0 {
@@ -516,7 +518,7 @@ async fn flows(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let (offset, limit, desc) = page(&q)?;
-    type Key = fn(&Flow) -> u64;
+    type Key = fn(&FlowRow) -> u64;
     let key: Key = match q.get("sort").map(String::as_str).unwrap_or("bytes") {
         "bytes" => |f| f.bytes[0] + f.bytes[1],
         "packets" => |f| f.pkts[0] + f.pkts[1],
@@ -583,7 +585,7 @@ async fn flows(
 }
 
 /// Adds `f`'s bytes (both ways) and one flow to `key`'s row of `t`.
-fn tally<K: std::hash::Hash + Eq>(t: &mut HashMap<K, (u64, u64)>, key: K, f: &Flow) {
+fn tally<K: std::hash::Hash + Eq>(t: &mut HashMap<K, (u64, u64)>, key: K, f: &FlowRow) {
     let e = t.entry(key).or_default();
     e.0 += f.bytes[0] + f.bytes[1];
     e.1 += 1;
@@ -636,7 +638,7 @@ fn app_label(&(done, proto, app): &(bool, u16, u16)) -> String {
     }
 }
 
-fn app_name(f: &Flow) -> String {
+fn app_name(f: &FlowRow) -> String {
     if f.dpi_done {
         f.l7.name()
     } else {
@@ -667,7 +669,7 @@ async fn host(
             format!("no live host {ip}"),
         ));
     }
-    let mut fl: Vec<&Flow> = Vec::new();
+    let mut fl: Vec<&FlowRow> = Vec::new();
     let (mut peers, mut apps, mut ports) = (HashMap::new(), HashMap::new(), HashMap::new());
     for f in snap.flows() {
         let k = &f.key;
@@ -890,6 +892,19 @@ async fn events(
     Sse::new(stream).keep_alive(KeepAlive::default())
 }
 
+/// Lowers the calling thread's CPU priority (nice 10): where the API's threads and the packet
+/// threads share a core, the scheduler then gives the packets the time and the API the rest.
+/// A failure only leaves the priority as it was.
+fn below_packet_threads() {
+    #[cfg(target_os = "linux")]
+    // SAFETY: gettid and setpriority take plain integers and only touch this thread's nice
+    // value (per thread on Linux).
+    unsafe {
+        let tid = libc::gettid();
+        libc::setpriority(libc::PRIO_PROCESS, tid as libc::id_t, 10);
+    }
+}
+
 /// Prometheus text format, one series per shard and the totals.
 async fn metrics(State(s): Shared) -> Response {
     use std::fmt::Write;
@@ -947,6 +962,18 @@ async fn metrics(State(s): Shared) -> Response {
         "Memory of the flow and host tables.",
         &|s| s.table_memory,
     );
+    let _ = writeln!(
+        out,
+        "# HELP sonde_shard_reader_seconds_total Time the shard spent copying snapshots for \
+         the API instead of processing packets.\n# TYPE sonde_shard_reader_seconds_total counter"
+    );
+    for (i, st) in shards.iter().enumerate() {
+        let secs = st.reader_ns as f64 / 1e9;
+        let _ = writeln!(
+            out,
+            "sonde_shard_reader_seconds_total{{shard=\"{i}\"}} {secs}"
+        );
+    }
     let d = s.view.capture_drops();
     let _ = writeln!(
         out,

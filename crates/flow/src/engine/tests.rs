@@ -419,3 +419,45 @@ fn series_rows_add_up_to_the_engine_counters() {
     off.close_series();
     assert!(off.take_series().is_empty());
 }
+
+/// Above `EXACT_HOSTS_MAX_FLOWS` live flows, a reader gets the rows the last tick wrote (into
+/// a buffer the reader gave) once, then exact copies until the next tick; below, or after
+/// the input ends, always exact copies.
+#[test]
+fn readers_get_tick_rows_above_the_exact_limit() {
+    let n = EXACT_HOSTS_MAX_FLOWS as u64 + 4_000;
+    let flow_frame = |i: u64| frame((i % 60_000) as u16, 7, 1000 + (i / 60_000) as u16, 53, 10);
+    let frames: Vec<(u64, Vec<u8>)> = (0..n).map(|i| (S / 10, flow_frame(i))).collect();
+    let mut e = Engine::new(EngineConfig::default());
+    run(&mut e, &frames);
+    e.flush_batch();
+    let pkts = |rows: &[FlowRow]| rows.iter().map(|r| r.pkts[0] + r.pkts[1]).sum::<u64>();
+
+    // No tick rows yet: an exact copy, and the engine asks for a buffer.
+    let mut buf = Vec::new();
+    e.snapshot_flows_into(&mut buf);
+    assert_eq!((buf.len() as u64, pkts(&buf)), (n, n));
+    assert!(e.wants_rows_buffer());
+    e.give_rows_buffer(Vec::with_capacity(n as usize * 2));
+    assert!(!e.wants_rows_buffer());
+
+    // A second packet per flow, then a packet of flow 0 after the tick at 2 s.
+    let second: Vec<(u64, Vec<u8>)> = (0..n).map(|i| (S / 2, flow_frame(i))).collect();
+    run(&mut e, &second);
+    run(&mut e, &[(2 * S + 1, flow_frame(0))]);
+    e.flush_batch();
+    assert_eq!(e.stats().packets, 2 * n + 1);
+
+    // The tick's rows: every flow as of the tick (without the last packet), handed out once.
+    e.snapshot_flows_into(&mut buf);
+    assert_eq!((buf.len() as u64, pkts(&buf)), (n, 2 * n));
+    e.snapshot_flows_into(&mut buf);
+    assert_eq!(pkts(&buf), 2 * n + 1, "no tick since: an exact copy");
+
+    // After the input ends: exact, whatever the last tick wrote.
+    run(&mut e, &[(3 * S + 1, flow_frame(1))]);
+    e.flush_batch();
+    e.discard_tick_rows();
+    e.snapshot_flows_into(&mut buf);
+    assert_eq!(pkts(&buf), 2 * n + 2);
+}
