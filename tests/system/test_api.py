@@ -11,6 +11,7 @@ import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 
 import pytest
@@ -136,8 +137,10 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     for line in text.splitlines():
         if line and not line.startswith("#"):
             name, value = line.rsplit(" ", 1)
-            m[name] = int(value)
+            m[name] = float(value)
     assert m['sonde_packets_total{shard="0"}'] == want
+    # The shard has answered this test's snapshots, in well under the time it has run.
+    assert 0 < m['sonde_shard_reader_seconds_total{shard="0"}'] < 60
     assert m['sonde_flows_active{shard="0"}'] == flows["total"]
     # The OpenAPI document lists every endpoint.
     doc = _json(base, "/api/v1/openapi.json")
@@ -151,6 +154,15 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     net = _json(base, "/api/v1/hosts?net=192.168.1.0/24&limit=1000")["hosts"]
     assert {h["ip"] for h in net} == {ip for ip in eps if ip.startswith("192.168.1.")}
     assert _error(base, "/api/v1/hosts?net=192.168.1.0/40")[0] == 400
+    # An application filter selects the hosts at either end of that application's flows.
+    labelled = {f["application"] for f in flows["flows"] if f["application"]}
+    assert labelled, "some flows of the capture have an application"
+    for app in labelled:
+        ends = {ip for f in flows["flows"] if f["application"] == app
+                for ip in (f["client"], f["server"])}
+        got = _json(base, f"/api/v1/hosts?app={urllib.parse.quote(app)}&limit=1000")
+        assert {h["ip"] for h in got["hosts"]} == ends and got["total"] == len(ends), app
+    assert _error(base, "/api/v1/hosts?app=NoSuchApp")[0] == 400
     # One host: its counters, its flows and peers, as the lists say.
     ip = "192.168.1.103"
     page = _json(base, f"/api/v1/hosts/{ip}")

@@ -24,6 +24,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use snapshot::{AddrText, Net};
 use sonde_dpi::Meta;
+use sonde_flow::host::HostKey;
 use sonde_flow::{FlowKey, FlowRow, Host, ShardStats};
 use sonde_probe::ProbeView;
 use std::collections::HashMap;
@@ -420,17 +421,34 @@ async fn hosts(
         .map(|n| Net::parse(n))
         .transpose()
         .map_err(bad)?;
+    let app = app_param(&q)?;
     let snap = s.cache.get().await.map_err(internal)?;
     let request = format!("hosts?{}", uri.query().unwrap_or(""));
     if let Some(answer) = s.memo.get(&snap, &request) {
         return Ok(Json(answer).into_response());
     }
+    // With app=: the hosts at either end of a live flow of that application.
+    let app_hosts: Option<hashbrown::HashSet<HostKey>> = app.map(|a| {
+        let mut set = hashbrown::HashSet::new();
+        for f in snap.flows().filter(|f| is_app(f, a)) {
+            let (version, vlan) = (f.key.ip_version, f.key.vlan);
+            for addr in [f.key.addr_a, f.key.addr_b] {
+                set.insert(HostKey {
+                    addr,
+                    ip_version: version,
+                    vlan,
+                });
+            }
+        }
+        set
+    });
     let (total, rows) = snapshot::page(
         &[&snap.hosts],
         |h| {
             let (a, v) = (&h.key.addr, h.key.ip_version);
             net.as_ref().is_none_or(|n| n.contains(a, v))
                 && text.as_ref().is_none_or(|t| t.matches(a, v))
+                && app_hosts.as_ref().is_none_or(|s| s.contains(&h.key))
         },
         key,
         desc,
@@ -545,17 +563,7 @@ async fn flows(
         .map(|h| Net::parse(h))
         .transpose()
         .map_err(bad)?;
-    let app = match q.get("app") {
-        None => None,
-        Some(a) => match a
-            .parse::<u16>()
-            .ok()
-            .or_else(|| sonde_dpi::Proto::from_name(a).map(|p| p.0))
-        {
-            Some(id) => Some(id),
-            None => return Err(bad(format!("app={a:?}: not an application sonde knows"))),
-        },
-    };
+    let app = app_param(&q)?;
     let snap = s.cache.get().await.map_err(internal)?;
     let request = format!("flows?{}", uri.query().unwrap_or(""));
     if let Some(answer) = s.memo.get(&snap, &request) {
@@ -568,7 +576,7 @@ async fn flows(
             port.is_none_or(|p| u64::from(k.port_a) == p || u64::from(k.port_b) == p)
                 && proto.is_none_or(|p| u64::from(k.proto) == p)
                 && vlan.is_none_or(|v| u64::from(k.vlan) == v)
-                && app.is_none_or(|a| f.dpi_done && (f.l7.proto.0 == a || f.l7.app.0 == a))
+                && app.is_none_or(|a| is_app(f, a))
                 && host.as_ref().is_none_or(|h| {
                     h.contains(&k.addr_a, k.ip_version) || h.contains(&k.addr_b, k.ip_version)
                 })
@@ -582,6 +590,23 @@ async fn flows(
     let answer = json!({ "total": total, "offset": offset, "limit": limit, "flows": page });
     s.memo.put(&snap, request, answer.clone());
     Ok(Json(answer).into_response())
+}
+
+/// `app=TLS` or `app=91`: an application id, as a protocol or a service on top.
+fn app_param(q: &HashMap<String, String>) -> Result<Option<u16>, ApiError> {
+    let Some(a) = q.get("app") else {
+        return Ok(None);
+    };
+    a.parse::<u16>()
+        .ok()
+        .or_else(|| sonde_dpi::Proto::from_name(a).map(|p| p.0))
+        .map(Some)
+        .ok_or_else(|| bad(format!("app={a:?}: not an application sonde knows")))
+}
+
+/// The flow's settled label is application `a`, as its protocol or as the service on top.
+fn is_app(f: &FlowRow, a: u16) -> bool {
+    f.dpi_done && (f.l7.proto.0 == a || f.l7.app.0 == a)
 }
 
 /// Adds `f`'s bytes (both ways) and one flow to `key`'s row of `t`.
