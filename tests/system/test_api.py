@@ -68,9 +68,16 @@ class Served:
 
 @pytest.fixture
 def served(sonde_bin, corpus, workdir):
-    pcap = corpus / "http_connect.pcap"
+    s = _serve(sonde_bin, corpus / "http_connect.pcap", workdir)
+    yield s
+    if s.proc.poll() is None:
+        s.stop()
+
+
+def _serve(sonde_bin, pcap, workdir):
+    """sonde reading `pcap` with the API on a free port, once the API shows the whole file."""
     if not pcap.exists():
-        pytest.skip("http_connect.pcap not in the corpus")
+        pytest.skip(f"{pcap.name} not in the corpus")
     port = free_port()
     stats = workdir / "stats.json"
     proc = subprocess.Popen(
@@ -89,10 +96,7 @@ def served(sonde_bin, corpus, workdir):
         assert time.time() < deadline, "the API never showed the whole file"
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.1)
-    s = Served(proc, base, pcap, want, stats)
-    yield s
-    if proc.poll() is None:
-        s.stop()
+    return Served(proc, base, pcap, want, stats)
 
 
 def test_api_answers_equal_tshark_and_the_engine(served):
@@ -292,3 +296,37 @@ def test_exposed_address_is_refused(sonde, corpus):
     p = sonde("-r", pcap, "--http", f"127.0.0.1:{busy}", "--no-auth")
     s.close()
     assert p.returncode != 0 and "cannot listen" in p.stderr, p.stderr
+
+
+def test_hosts_by_dns_name_equal_tsharks_answers(sonde_bin, corpus, workdir):
+    """`name=` selects the hosts some client resolved a matching name to, and each host lists
+    its names: per client, the last name it resolved to that address, as tshark reads the DNS
+    answers of the capture."""
+    served = _serve(sonde_bin, corpus / "android.pcap", workdir)
+    try:
+        out = oracle.tshark(["-r", str(served.pcap), "-Y", "dns.flags.response == 1",
+                             "-T", "fields", "-e", "ip.dst", "-e", "ipv6.dst",
+                             "-e", "dns.qry.name", "-e", "dns.a", "-e", "dns.aaaa"])
+        last = {}  # (client, address) -> the last name it resolved to that address
+        for line in out.splitlines():
+            v4, v6, name, a4, a6 = (line.split("\t") + [""] * 5)[:5]
+            for a in f"{a4},{a6}".split(","):
+                if a and name:
+                    last[(v4 or v6, a)] = name
+        names = {}
+        for (_, a), n in last.items():
+            names.setdefault(a, set()).add(n)
+        hosts = _json(served.base, "/api/v1/hosts?limit=1000")["hosts"]
+        live = {h["ip"] for h in hosts}
+        for h in hosts:
+            assert h["names"] == sorted(names.get(h["ip"], set()))[:8], h["ip"]
+        checked = 0
+        for needle in sorted({n.lower() for ns in names.values() for n in ns}):
+            want = {a for a, ns in names.items() if any(needle in n.lower() for n in ns)} & live
+            got = _json(served.base, f"/api/v1/hosts?name={urllib.parse.quote(needle.upper())}&limit=1000")
+            assert {h["ip"] for h in got["hosts"]} == want, needle
+            checked += bool(want)
+        assert checked >= 5, f"only {checked} DNS names lead to live hosts"
+        assert _json(served.base, "/api/v1/hosts?name=no.such.name.example")["total"] == 0
+    finally:
+        served.stop()

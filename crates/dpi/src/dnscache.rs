@@ -76,6 +76,17 @@ impl DnsCache {
         m.get(&k).cloned()
     }
 
+    /// Calls `f` with every (answered address, name) pair the cache holds, one stripe locked
+    /// at a time: for readers (the API's host names), never for packets.
+    pub fn for_each(&self, mut f: impl FnMut(u128, &Arc<str>)) {
+        for s in &self.stripes {
+            let m = s.lock().unwrap_or_else(|e| e.into_inner());
+            for ((_, addr), name) in m.iter() {
+                f(*addr, name);
+            }
+        }
+    }
+
     /// Entries dropped because the cache was full.
     pub fn evictions(&self) -> u64 {
         self.evictions.load(Ordering::Relaxed)

@@ -8,7 +8,7 @@ use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
 };
-use sonde_dpi::{Backend, Dpi, Meta};
+use sonde_dpi::{Backend, DnsCache, Dpi, Meta};
 use sonde_export::host_json;
 use sonde_flow::{
     copy_payload, Engine, EngineConfig, FlowKey, FlowRecord, FlowRow, Host, ShardStats,
@@ -102,6 +102,8 @@ pub struct Probe {
     error: Arc<Mutex<Option<CaptureError>>>,
     started: Instant,
     deadline: Option<Instant>,
+    /// Names learnt from DNS answers (with DPI on), for readers.
+    dns: Option<Arc<DnsCache>>,
 }
 
 impl Probe {
@@ -125,6 +127,7 @@ impl Probe {
         ProbeView {
             shared: self.shared.clone(),
             started: self.started,
+            dns: self.dns.clone(),
         }
     }
 
@@ -271,9 +274,15 @@ impl Probe {
 pub struct ProbeView {
     shared: Vec<Arc<Shared>>,
     started: Instant,
+    dns: Option<Arc<DnsCache>>,
 }
 
 impl ProbeView {
+    /// Names clients resolved with DNS, by answered address (None with DPI off).
+    pub fn dns_names(&self) -> Option<&DnsCache> {
+        self.dns.as_deref()
+    }
+
     /// Latest published counters of each shard.
     pub fn shard_stats(&self) -> Vec<ShardStats> {
         self.shared
@@ -771,6 +780,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         receivers,
         collector_counters,
         has_flows_file: cfg.flows_out.is_some(),
+        dns: cfg.dpi.as_ref().map(|d| d.dns_cache.clone()),
         progress,
         file_len,
         error,

@@ -23,6 +23,7 @@ use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
 use snapshot::{AddrText, Net};
+use sonde_dpi::dnscache::flow_addr_u128;
 use sonde_dpi::Meta;
 use sonde_flow::host::HostKey;
 use sonde_flow::{FlowKey, FlowRow, Host, ShardStats};
@@ -367,6 +368,37 @@ fn addr_text(addr: &[u8; 16], v: u8) -> String {
     s
 }
 
+/// Names a host's JSON carries at most (a CDN address can have thousands).
+const MAX_HOST_NAMES: usize = 8;
+
+/// Adds to each host's JSON the names clients resolved to its address with DNS, sorted, at
+/// most [`MAX_HOST_NAMES`]: one pass over the DNS cache for the whole page. Attacker data:
+/// JSON strings, shown by the console as text only.
+fn add_names(view: &ProbeView, hosts: &[&Host], out: &mut [Value]) {
+    let Some(dns) = view.dns_names() else {
+        return;
+    };
+    let mut names: HashMap<u128, std::collections::BTreeSet<String>> = hosts
+        .iter()
+        .map(|h| {
+            (
+                flow_addr_u128(&h.key.addr, h.key.ip_version),
+                Default::default(),
+            )
+        })
+        .collect();
+    dns.for_each(|addr, n| {
+        if let Some(set) = names.get_mut(&addr) {
+            set.insert(n.to_string());
+        }
+    });
+    for (h, v) in hosts.iter().zip(out.iter_mut()) {
+        let set = &names[&flow_addr_u128(&h.key.addr, h.key.ip_version)];
+        let list: Vec<&String> = set.iter().take(MAX_HOST_NAMES).collect();
+        v["names"] = json!(list);
+    }
+}
+
 fn host_json(h: &Host) -> Value {
     let mut mac = String::new();
     if h.has_mac {
@@ -422,6 +454,10 @@ async fn hosts(
         .transpose()
         .map_err(bad)?;
     let app = app_param(&q)?;
+    let name = q
+        .get("name")
+        .filter(|t| !t.is_empty())
+        .map(|t| t.to_ascii_lowercase());
     let snap = s.cache.get().await.map_err(internal)?;
     let request = format!("hosts?{}", uri.query().unwrap_or(""));
     if let Some(answer) = s.memo.get(&snap, &request) {
@@ -442,6 +478,18 @@ async fn hosts(
         }
         set
     });
+    // With name=: the addresses some client resolved a name containing it to.
+    let named: Option<hashbrown::HashSet<u128>> = name.map(|needle| {
+        let mut set = hashbrown::HashSet::new();
+        if let Some(dns) = s.view.dns_names() {
+            dns.for_each(|addr, n| {
+                if n.to_ascii_lowercase().contains(&needle) {
+                    set.insert(addr);
+                }
+            });
+        }
+        set
+    });
     let (total, rows) = snapshot::page(
         &[&snap.hosts],
         |h| {
@@ -449,13 +497,17 @@ async fn hosts(
             net.as_ref().is_none_or(|n| n.contains(a, v))
                 && text.as_ref().is_none_or(|t| t.matches(a, v))
                 && app_hosts.as_ref().is_none_or(|s| s.contains(&h.key))
+                && named
+                    .as_ref()
+                    .is_none_or(|s| s.contains(&flow_addr_u128(a, v)))
         },
         key,
         desc,
         offset,
         limit,
     );
-    let page: Vec<Value> = rows.into_iter().map(host_json).collect();
+    let mut page: Vec<Value> = rows.iter().map(|h| host_json(h)).collect();
+    add_names(&s.view, &rows, &mut page);
     let answer = json!({ "total": total, "offset": offset, "limit": limit, "hosts": page });
     s.memo.put(&snap, request, answer.clone());
     Ok(Json(answer).into_response())
@@ -682,12 +734,13 @@ async fn host(
         Err(_) => return Err(bad(format!("{ip:?} is not an IP address"))),
     };
     let snap = s.cache.get().await.map_err(internal)?;
-    let mine: Vec<Value> = snap
+    let mine_hosts: Vec<&Host> = snap
         .hosts
         .iter()
         .filter(|h| me.contains(&h.key.addr, h.key.ip_version))
-        .map(host_json)
         .collect();
+    let mut mine: Vec<Value> = mine_hosts.iter().map(|h| host_json(h)).collect();
+    add_names(&s.view, &mine_hosts, &mut mine);
     if mine.is_empty() {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
