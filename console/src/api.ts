@@ -50,6 +50,8 @@ export interface Host {
   active_flows: number;
   first_seen: number;
   last_seen: number;
+  /** DNS names clients resolved to this address: attacker-controlled, shown only as text. */
+  names?: string[];
 }
 
 /** Strings DPI read off the wire: attacker-controlled, shown only as text. */

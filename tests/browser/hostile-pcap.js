@@ -13,6 +13,8 @@ export const CLIENT = '10.66.0.1';
 export const TLS_SERVER = '10.66.0.2';
 export const HTTP_SERVER = '10.66.0.3';
 export const DNS_SERVER = '10.66.0.4';
+/** The address the DNS answer gives the hostile name; the client then sends it a datagram. */
+export const RESOLVED = '10.66.0.9';
 
 export const SNI = `${SCRIPT}${IMG}${QUOTES}`;
 export const HTTP_HOST = `${IMG}${SCRIPT}${QUOTES}`;
@@ -81,7 +83,7 @@ function dns(labels, answer = false) {
     parts.push(Buffer.from([b.length]), b);
   }
   parts.push(Buffer.from([0]), u16(1), u16(1));
-  if (answer) parts.push(u16(0xc00c), u16(1), u16(1), u32(60), u16(4), ip4('10.66.0.9'));
+  if (answer) parts.push(u16(0xc00c), u16(1), u16(1), u32(60), u16(4), ip4(RESOLVED));
   return Buffer.concat(parts);
 }
 
@@ -106,6 +108,7 @@ export function writeHostilePcap(file, seconds = 4) {
     ...conversation(HTTP_SERVER, 40002, 80, http, Buffer.from('HTTP/1.1 200 OK\r\nContent-Type: text/plain\r\nContent-Length: 0\r\n\r\n')),
     udp(CLIENT, 40003, DNS_SERVER, 53, dns(DNS_LABELS)),
     udp(DNS_SERVER, 53, CLIENT, 40003, dns(DNS_LABELS, true)),
+    udp(CLIENT, 40004, RESOLVED, 9999, Buffer.from('hello')),
   ];
   const start = 1_700_000_000;
   const out = [Buffer.from([0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0])];

@@ -5,7 +5,7 @@
 import assert from 'node:assert/strict';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
-import { CLIENT, DNS_LABELS, HTTP_HOST, HTTP_URL, IMG, SCRIPT, SNI, USER_AGENT, writeHostilePcap } from './hostile-pcap.js';
+import { CLIENT, DNS_LABELS, HTTP_HOST, HTTP_URL, IMG, RESOLVED, SCRIPT, SNI, USER_AGENT, writeHostilePcap } from './hostile-pcap.js';
 import { login, pageFetch, screenshot, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
 
 /** What sonde keeps of a wire string: control characters become U+FFFD. */
@@ -99,5 +99,15 @@ test('wire strings are shown as text, never run', { timeout: 120_000 }, async ()
     await page.waitForTimeout(1500);
     await assertClean(page, view);
   }
+  // The hosts table names the resolved address by the hostile DNS name, as text.
+  await page.goto(`${sonde.url}/#/hosts?q=${RESOLVED}`);
+  const row = page.locator('tbody tr', { has: page.locator('a.ip', { hasText: RESOLVED }) });
+  const cells = await waitFor(async () => {
+    const t = await row.locator('td').allTextContents();
+    return t.includes(kept(DNS_LABELS.join('.'))) ? t : null;
+  }, { what: `the DNS name of ${RESOLVED} in the hosts table` });
+  assert.ok(cells.length > 0);
+  await screenshot(page, 'hostile-hosts');
+  await assertClean(page, 'hosts with a DNS name');
   assert.deepEqual(problems, [], 'no script errors or CSP violations');
 });

@@ -1,5 +1,6 @@
 // All live hosts: sorted, filtered and paged by the server (a probe may see millions), refreshed
-// every few seconds. Sort, filter and page are in the URL: #/hosts?sort=bytes&order=desc&q=10.0.
+// every few seconds. Sort, filters and page are in the URL:
+// #/hosts?sort=bytes&order=desc&q=10.0.&name=google&app=TLS
 
 import { api, type Host } from '../api';
 import { el, heading } from '../dom';
@@ -18,6 +19,8 @@ export const hosts: View = (root, route) => {
     sort: p.get('sort') ?? 'bytes',
     order: (p.get('order') === 'asc' ? 'asc' : 'desc') as Order,
     q: p.get('q') ?? '',
+    name: p.get('name') ?? '',
+    app: p.get('app') ?? '',
     offset: Math.max(0, Number(p.get('offset')) || 0),
   };
 
@@ -31,6 +34,7 @@ export const hosts: View = (root, route) => {
     },
     columns: [
       { label: 'Host', rowHeader: true, cell: (h) => hostLink(h.ip) },
+      { label: 'Names', cell: (h) => (h.names ?? []).join(', ') },
       { label: 'VLAN', numeric: true, cell: (h) => h.vlan },
       { label: 'MAC', cell: (h) => h.mac ?? '' },
       { label: 'Bytes', sort: 'bytes', numeric: true, cell: (h) => num(h.sent_bytes + h.rcvd_bytes, fmt.bytes(h.sent_bytes + h.rcvd_bytes)) },
@@ -49,22 +53,31 @@ export const hosts: View = (root, route) => {
     refresh();
   });
 
-  // The address filter is applied as you type, a moment after the last key.
-  const search = el('input', { type: 'search', id: 'hosts-q', name: 'q', placeholder: 'e.g. 10.0. or fe80::', autocomplete: 'off', spellcheck: 'false' });
-  search.value = state.q;
+  // The filters are applied as you type, a moment after the last key.
   let typing: number | undefined;
-  search.addEventListener('input', () => {
-    window.clearTimeout(typing);
-    typing = window.setTimeout(() => {
-      Object.assign(state, { q: search.value.trim(), offset: 0 });
-      refresh();
-    }, 250);
-  });
+  const filter = (key: 'q' | 'name' | 'app', label: string, placeholder: string) => {
+    const input = el('input', { type: 'search', id: `hosts-${key}`, name: key, placeholder, autocomplete: 'off', spellcheck: 'false' });
+    input.value = state[key];
+    input.addEventListener('input', () => {
+      window.clearTimeout(typing);
+      typing = window.setTimeout(() => {
+        Object.assign(state, { [key]: input.value.trim(), offset: 0 });
+        refresh();
+      }, 250);
+    });
+    return [el('label', { for: `hosts-${key}` }, label), input];
+  };
   const error = el('p', { class: 'error', role: 'alert' });
 
   root.append(
     heading('Hosts'),
-    el('form', { class: 'filters', role: 'search', 'aria-label': 'Filter hosts' }, el('label', { for: 'hosts-q' }, 'Address contains'), search),
+    el(
+      'form',
+      { class: 'filters', role: 'search', 'aria-label': 'Filter hosts' },
+      ...filter('q', 'Address contains', 'e.g. 10.0. or fe80::'),
+      ...filter('name', 'DNS name contains', 'e.g. google'),
+      ...filter('app', 'Application', 'e.g. TLS'),
+    ),
     error,
     t.el,
     pages.el,
@@ -73,12 +86,12 @@ export const hosts: View = (root, route) => {
 
   let stopPoll = () => {};
   function refresh() {
-    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, offset: state.offset || undefined });
+    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, name: state.name, app: state.app, offset: state.offset || undefined });
     // Restart the cycle so the new view is fetched now.
     stopPoll();
     stopPoll = poll(async (signal) => {
       try {
-        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, offset: state.offset, limit: LIMIT }, signal);
+        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, name: state.name || undefined, app: state.app || undefined, offset: state.offset, limit: LIMIT }, signal);
         error.textContent = '';
         t.update(r.hosts);
         pages.update(r.total, r.offset, LIMIT);
