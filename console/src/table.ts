@@ -2,7 +2,9 @@
 // <th scope="col">, sortable headers that are buttons (focusable, Enter/Space) and carry
 // aria-sort, and numbers right-aligned. Rows are rebuilt in place so focus on the headers stays.
 
+import type { Ranked } from './api';
 import { el, replace, type Child } from './dom';
+import * as fmt from './format';
 
 export type Order = 'asc' | 'desc';
 
@@ -151,4 +153,28 @@ export function bar(part: number, whole: number): HTMLElement {
   const b = el('span', { class: 'bar', 'aria-hidden': 'true' });
   b.style.width = `${pct.toFixed(1)}%`;
   return el('span', { class: 'bar-track' }, b);
+}
+
+/** A top-N table (applications, protocols, ports, peers): its first column, bytes, flows and
+ * each row's share of the bytes shown. */
+export function rankedTable(caption: string, first: string, cellOf: (r: Ranked) => Child, empty: string) {
+  let total = 0;
+  const t = table<Ranked>({
+    caption,
+    hideCaption: true,
+    columns: [
+      { label: first, rowHeader: true, cell: cellOf },
+      { label: 'Bytes', numeric: true, cell: (r) => num(r.bytes, fmt.bytes(r.bytes)) },
+      { label: 'Flows', numeric: true, cell: (r) => num(r.flows, fmt.count(r.flows)) },
+      { label: 'Share', cell: (r) => bar(r.bytes, total) },
+    ],
+    empty,
+  });
+  return {
+    el: t.el,
+    update(rows: Ranked[]) {
+      total = rows.reduce((a, r) => a + r.bytes, 0);
+      t.update(rows);
+    },
+  };
 }

@@ -1,26 +1,38 @@
-// Dark and light themes. The default follows the system (prefers-color-scheme, in CSS); the
-// toggle's choice is remembered in localStorage and set as <html data-theme="...">.
+// Dark and light themes, set as <html data-theme="...">: the toggle's choice, remembered in
+// localStorage, or else the system's (prefers-color-scheme), followed as it changes. The CSS
+// then has one palette per theme.
 
 const KEY = 'sonde-theme';
 type Theme = 'light' | 'dark';
 
+const system = () => matchMedia('(prefers-color-scheme: dark)');
+
 /** The theme in effect now. */
 export function current(): Theme {
-  const set = document.documentElement.dataset.theme;
-  if (set === 'light' || set === 'dark') return set;
-  return matchMedia('(prefers-color-scheme: dark)').matches ? 'dark' : 'light';
+  return document.documentElement.dataset.theme === 'dark' ? 'dark' : 'light';
 }
 
-/** Applies the remembered choice, and tells charts when the system theme changes. */
+/** Applies the remembered choice or the system's, and follows the system while no choice is
+ * remembered (telling charts, which draw on canvas, to redraw). */
 export function init(): void {
-  let saved: string | null = null;
+  const apply = () => {
+    document.documentElement.dataset.theme = remembered() ?? (system().matches ? 'dark' : 'light');
+  };
+  apply();
+  system().addEventListener('change', () => {
+    apply();
+    changed();
+  });
+}
+
+/** The toggle's remembered choice, if any (none when storage is disabled). */
+function remembered(): Theme | null {
   try {
-    saved = localStorage.getItem(KEY);
+    const v = localStorage.getItem(KEY);
+    return v === 'light' || v === 'dark' ? v : null;
   } catch {
-    // storage disabled: follow the system
+    return null;
   }
-  if (saved === 'light' || saved === 'dark') document.documentElement.dataset.theme = saved;
-  matchMedia('(prefers-color-scheme: dark)').addEventListener('change', () => changed());
 }
 
 function changed(): void {

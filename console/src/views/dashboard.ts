@@ -1,14 +1,14 @@
 // The dashboard: live throughput (one point a second from the event stream), the current
 // figures, and what is largest right now: hosts, applications, flows.
 
-import { api, subscribe, type Host, type Ranked, type Flow } from '../api';
+import { api, subscribe, type Host, type Flow } from '../api';
 import { LiveChart } from '../chart';
 import { card, el, heading, link } from '../dom';
 import { flowColumns, hostLink, appCell } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { href } from '../router';
-import { bar, num, table } from '../table';
+import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
 
 export const dashboard: View = (root) => {
@@ -43,17 +43,7 @@ export const dashboard: View = (root) => {
     ],
     empty: 'No hosts yet.',
   });
-  let appsTotal = 0;
-  const appsT = table<Ranked>({
-    caption: 'Top applications by traffic',
-    hideCaption: true,
-    columns: [
-      { label: 'Application', rowHeader: true, cell: (r) => appCell(r.application ?? null) },
-      { label: 'Bytes', numeric: true, cell: (r) => num(r.bytes, fmt.bytes(r.bytes)) },
-      { label: 'Share', cell: (r) => bar(r.bytes, appsTotal) },
-    ],
-    empty: 'No applications yet.',
-  });
+  const appsT = rankedTable('Top applications by traffic', 'Application', (r) => appCell(r.application ?? null), 'No applications yet.');
   const flowsT = table<Flow>({ caption: 'Top flows by traffic', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows yet.' });
 
   root.append(
@@ -100,7 +90,6 @@ export const dashboard: View = (root) => {
       api.flows({ sort: 'bytes', limit: 10 }, signal),
     ]);
     hostsT.update(hosts.hosts);
-    appsTotal = apps.rows.reduce((a, r) => a + r.bytes, 0);
     appsT.update(apps.rows);
     flowsT.update(flows.flows);
   }, 3000);

@@ -2,14 +2,14 @@
 // over time, applications, peers, server ports and largest flows. Refreshed every 2 s; the
 // traffic chart is drawn from the differences between two refreshes.
 
-import { api, ApiError, type Flow, type Host, type HostDetail, type Ranked } from '../api';
+import { api, ApiError, type Flow, type Host, type HostDetail } from '../api';
 import { LiveChart } from '../chart';
 import { card, el, heading, link, replace } from '../dom';
 import { appCell, flowColumns, hostLink } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { href } from '../router';
-import { bar, num, table } from '../table';
+import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
 
 /** The counters shown for a host, with the API field each comes from. */
@@ -35,28 +35,6 @@ function counters(h: Host): HTMLElement {
   return el('dl', { class: 'stats', 'data-vlan': h.vlan }, ...items);
 }
 
-function ranked(caption: string, first: string, cellOf: (r: Ranked) => HTMLElement | string) {
-  let total = 0;
-  const t = table<Ranked>({
-    caption,
-    hideCaption: true,
-    columns: [
-      { label: first, rowHeader: true, cell: cellOf },
-      { label: 'Bytes', numeric: true, cell: (r) => num(r.bytes, fmt.bytes(r.bytes)) },
-      { label: 'Flows', numeric: true, cell: (r) => r.flows },
-      { label: 'Share', cell: (r) => bar(r.bytes, total) },
-    ],
-    empty: 'None.',
-  });
-  return {
-    el: t.el,
-    update(rows: Ranked[]) {
-      total = rows.reduce((a, r) => a + r.bytes, 0);
-      t.update(rows);
-    },
-  };
-}
-
 export const host: View = (root, route) => {
   const ip = route.arg;
   const chart = new LiveChart({
@@ -69,12 +47,12 @@ export const host: View = (root, route) => {
   });
   const blocks = el('div', { class: 'host-counters' });
   const status = el('p', { class: 'error', role: 'alert' });
-  const apps = ranked('Applications of this host', 'Application', (r) => appCell(r.application ?? null));
-  const peers = ranked('Peers of this host', 'Peer', (r) => hostLink(r.ip ?? ''));
-  const ports = ranked('Server ports of this host', 'Port/protocol', (r) => {
+  const apps = rankedTable('Applications of this host', 'Application', (r) => appCell(r.application ?? null), 'None.');
+  const peers = rankedTable('Peers of this host', 'Peer', (r) => hostLink(r.ip ?? ''), 'None.');
+  const ports = rankedTable('Server ports of this host', 'Port/protocol', (r) => {
     const [port, proto] = (r.port ?? '').split('/');
     return link(href('flows', '', { host: ip, port, proto }), `${port}/${fmt.proto(Number(proto))}`);
-  });
+  }, 'None.');
   const flowsT = table<Flow>({ caption: 'Largest flows of this host', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows.' });
   const flowsNote = el('p', { class: 'muted' });
 

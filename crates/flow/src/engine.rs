@@ -171,7 +171,7 @@ const HOST_PURGE_EVERY_TICKS: u64 = 10;
 /// Rows of the live flows for readers, written during the tick's walk over the flow table
 /// while readers keep asking. That walk reads every flow anyway, so the rows cost the shard
 /// only their writes, where a copy on request reads a million flows again (about 20 ms per
-/// million against 5 to 10 ms). Used above [`EXACT_HOSTS_MAX_FLOWS`] live flows only: below,
+/// million against 5 to 10 ms). Used above [`EXACT_READER_MAX_FLOWS`] live flows only: below,
 /// a copy on request is cheap and exact.
 #[derive(Default)]
 struct TickRows {
@@ -186,9 +186,9 @@ struct TickRows {
 /// Ticks go on writing rows for this many ticks after the last reader's request.
 const TICK_ROWS_KEEP: u64 = 5;
 
-/// Up to this many live flows, a reader's view of the hosts is flushed from the flows first
-/// (about a millisecond); above, it is the view of the last tick.
-pub const EXACT_HOSTS_MAX_FLOWS: usize = 65_536;
+/// Up to this many live flows, readers get exact copies made on request (about a
+/// millisecond); above, flow rows and host counters as of the last tick.
+pub const EXACT_READER_MAX_FLOWS: usize = 65_536;
 
 pub struct Engine {
     cfg: EngineConfig,
@@ -876,7 +876,7 @@ impl Engine {
     /// that hands back its last buffer, sized ahead, spares this thread the page faults of a
     /// fresh allocation.
     pub fn snapshot_flows_into(&mut self, buf: &mut Vec<FlowRow>) {
-        if self.live_flows > EXACT_HOSTS_MAX_FLOWS {
+        if self.live_flows > EXACT_READER_MAX_FLOWS {
             self.tick_rows.wanted_until = self.ticks + TICK_ROWS_KEEP;
             if self.tick_rows.fresh {
                 // The reader's buffer takes the next tick's rows.
@@ -892,7 +892,7 @@ impl Engine {
     /// Whether the tick would write rows for readers if it had a buffer large enough: a
     /// reader then sends one along with its next request ([`Engine::give_rows_buffer`]).
     pub fn wants_rows_buffer(&self) -> bool {
-        self.live_flows > EXACT_HOSTS_MAX_FLOWS
+        self.live_flows > EXACT_READER_MAX_FLOWS
             && self.tick_rows.rows.capacity() < self.live_flows + self.live_flows / 16
     }
 
@@ -911,11 +911,11 @@ impl Engine {
     }
 
     /// The host table as a reader sees it: counters flushed from the live flows when that is
-    /// cheap (up to [`EXACT_HOSTS_MAX_FLOWS`] live flows), otherwise as of the last tick (at
+    /// cheap (up to [`EXACT_READER_MAX_FLOWS`] live flows), otherwise as of the last tick (at
     /// most one tick old), because a flush over a million flows is a random walk through
     /// the host table that would cost the packets tens of milliseconds each time.
     pub fn hosts_for_reader(&mut self) -> &HostTable {
-        if self.live_flows <= EXACT_HOSTS_MAX_FLOWS {
+        if self.live_flows <= EXACT_READER_MAX_FLOWS {
             return self.hosts();
         }
         &self.hosts

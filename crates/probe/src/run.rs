@@ -140,16 +140,6 @@ impl Probe {
         self.view().capture_drops()
     }
 
-    /// Rows of every live flow, taken by each shard between two batches.
-    pub fn snapshot_flows(&self) -> Vec<FlowRow> {
-        self.view().snapshot_flows()
-    }
-
-    /// Every live host, merged across shards.
-    pub fn snapshot_hosts(&self) -> Vec<Host> {
-        self.view().snapshot_hosts()
-    }
-
     /// Waits for the end of the input (or the stop flag, or `--duration`) and sums up.
     pub fn join(mut self) -> Result<Summary, ProbeError> {
         if let Some(deadline) = self.deadline {
@@ -302,11 +292,6 @@ impl ProbeView {
         d
     }
 
-    /// Rows of every live flow, taken by each shard between two batches.
-    pub fn snapshot_flows(&self) -> Vec<FlowRow> {
-        self.snapshot_flows_into(Vec::new()).concat()
-    }
-
     /// The live flows of each shard, one part per shard, filled into `bufs` (the parts of an
     /// earlier snapshot, or nothing): a reader that refreshes a snapshot often reuses its memory.
     pub fn snapshot_flows_into(&self, mut bufs: Vec<Vec<FlowRow>>) -> Vec<Vec<FlowRow>> {
@@ -351,11 +336,6 @@ impl ProbeView {
             }
         }
         out
-    }
-
-    /// Every live host, merged across shards.
-    pub fn snapshot_hosts(&self) -> Vec<Host> {
-        self.snapshot_hosts_into(Vec::new())
     }
 
     /// The same, reusing `buf` (an earlier snapshot's) when there is one shard.

@@ -420,12 +420,12 @@ fn series_rows_add_up_to_the_engine_counters() {
     assert!(off.take_series().is_empty());
 }
 
-/// Above `EXACT_HOSTS_MAX_FLOWS` live flows, a reader gets the rows the last tick wrote (into
+/// Above `EXACT_READER_MAX_FLOWS` live flows, a reader gets the rows the last tick wrote (into
 /// a buffer the reader gave) once, then exact copies until the next tick; below, or after
 /// the input ends, always exact copies.
 #[test]
 fn readers_get_tick_rows_above_the_exact_limit() {
-    let n = EXACT_HOSTS_MAX_FLOWS as u64 + 4_000;
+    let n = EXACT_READER_MAX_FLOWS as u64 + 4_000;
     let flow_frame = |i: u64| frame((i % 60_000) as u16, 7, 1000 + (i / 60_000) as u16, 53, 10);
     let frames: Vec<(u64, Vec<u8>)> = (0..n).map(|i| (S / 10, flow_frame(i))).collect();
     let mut e = Engine::new(EngineConfig::default());
