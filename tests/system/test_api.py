@@ -151,6 +151,7 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
                                  "/api/v1/flows", "/api/v1/hosts/{ip}", "/api/v1/top/{what}",
                                  "/api/v1/series", "/api/v1/events", "/metrics",
+                                 "/api/v1/history/flows", "/api/v1/history/top/{what}",
                                  "/api/v1/login", "/api/v1/logout", "/api/v1/me",
                                  "/api/v1/admin/users", "/api/v1/admin/users/{name}",
                                  "/api/v1/admin/tokens", "/api/v1/admin/tokens/{name}"}
@@ -189,6 +190,9 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     # No --data-dir: no time series, and the API says why.
     code, body = _error(base, "/api/v1/series")
     assert code == 404 and "--data-dir" in body["error"]
+    for path in ["/api/v1/history/flows", "/api/v1/history/top/hosts"]:
+        code, body = _error(base, path)
+        assert code == 404 and "--data-dir" in body["error"], path
     # Bad requests say what is wrong.
     for path, says in [("/api/v1/hosts?sort=size", "sort"), ("/api/v1/hosts?limit=-1", "limit"),
                        ("/api/v1/flows?order=up", "order"), ("/api/v1/flows?app=NoSuchApp", "app"),

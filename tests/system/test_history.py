@@ -300,3 +300,86 @@ def test_host_cache_gives_returning_hosts_their_counters(sonde, corpus, workdir,
         assert two[k] == [2 * v for v in one[k]], k
     assert c1["restored"] == 0 and c1["cached"] == len(one)
     assert c2["restored"] >= len(one) and c2["cached"] == len(one)
+
+
+def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
+    """/api/v1/history/*: a first run stores its flows; a second sonde serving the same data
+    directory answers with the flows of --flows-out (paged, filtered) and the same top lists."""
+    import urllib.error
+    import urllib.request
+    from conftest import free_port
+
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    data = workdir / "data"
+    flows = workdir / "flows.jsonl"
+    p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
+    assert p.returncode == 0, p.stderr
+    want = oracle.load_jsonl(str(flows))
+    assert len(want) > 10
+    port = free_port()
+    base = f"http://127.0.0.1:{port}"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", corpus / "http_connect.pcap", "--http", f"127.0.0.1:{port}",
+         "--no-auth", "--data-dir", data, "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+    def get(path):
+        try:
+            with urllib.request.urlopen(base + path, timeout=10) as r:
+                return r.status, json.loads(r.read())
+        except urllib.error.HTTPError as e:
+            return e.code, json.loads(e.read())
+
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                status, health = get("/api/v1/health")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline, "the server did not start"
+                time.sleep(0.1)
+        assert health["history"] is True
+        # Every stored flow, in pages of 7, equals --flows-out's records.
+        got, offset = [], 0
+        while True:
+            status, page = get(f"/api/v1/history/flows?limit=7&offset={offset}")
+            assert status == 200, page
+            got += page["flows"]
+            offset += 7
+            if not page["more"]:
+                break
+            assert len(page["flows"]) == 7
+        assert sorted(map(_flow_key, got)) == sorted(map(_flow_key, want))
+        # Filters: port 53 and a time range after the capture.
+        status, page = get("/api/v1/history/flows?port=53&limit=1000")
+        port53 = [r for r in want if 53 in (int(r["L4_SRC_PORT"]), int(r["L4_DST_PORT"]))]
+        assert port53 and sorted(map(_flow_key, page["flows"])) == sorted(map(_flow_key, port53))
+        assert get("/api/v1/history/flows?from=2099-01-01")[1]["flows"] == []
+        # Top hosts: the per-host sums of the flows file.
+        per_host = collections.Counter()
+        for r in want:
+            for k in ("IPV4_SRC_ADDR", "IPV4_DST_ADDR", "IPV6_SRC_ADDR", "IPV6_DST_ADDR"):
+                if k in r:
+                    per_host[r[k]] += int(r["IN_BYTES"]) + int(r["OUT_BYTES"])
+        status, top = get("/api/v1/history/top/hosts?limit=5")
+        assert status == 200, top
+        assert [h["bytes"] for h in top["rows"]] == sorted(per_host.values(), reverse=True)[:5]
+        for h in top["rows"]:
+            assert per_host[h["name"]] == h["bytes"]
+        status, apps = get("/api/v1/history/top/apps?sort=flows&limit=1000")
+        assert sum(a["flows"] for a in apps["rows"]) == len(want)
+        # Bad parameters are named.
+        for path, says in [("/api/v1/history/flows?port=http", "port="),
+                           ("/api/v1/history/flows?from=yesterday", "from="),
+                           ("/api/v1/history/flows?host=example.com", "host="),
+                           ("/api/v1/history/flows?limit=0", "limit="),
+                           ("/api/v1/history/top/hosts?sort=size", "sort="),
+                           ("/api/v1/history/top/ports", "top/ports")]:
+            status, err = get(path)
+            assert status == 400 and says in err["error"], (path, err)
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)

@@ -11,6 +11,7 @@
 //! names it, and what a crash cut off at the end of a file is dropped on the next open.
 
 pub mod codec;
+pub mod filter_text;
 pub mod hostcache;
 pub mod query;
 pub mod series;

@@ -11,6 +11,7 @@
 
 pub mod auth;
 pub mod console;
+mod history;
 pub mod snapshot;
 pub mod tls;
 pub mod users;
@@ -70,7 +71,7 @@ pub struct ServerInfo {
     pub data_dir: Option<std::path::PathBuf>,
 }
 
-struct AppState {
+pub(crate) struct AppState {
     view: ProbeView,
     /// The hosts and flows of the last second, shared by the requests that read them.
     cache: snapshot::Cache,
@@ -226,7 +227,9 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
         .route("/api/v1/flows", get(flows))
         .route("/api/v1/hosts/{ip}", get(host))
         .route("/api/v1/top/{what}", get(top))
-        .route("/api/v1/series", get(series))
+        .route("/api/v1/series", get(history::series))
+        .route("/api/v1/history/flows", get(history::flows))
+        .route("/api/v1/history/top/{what}", get(history::top))
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
@@ -253,14 +256,14 @@ async fn safety_headers(mut r: Response) -> Response {
     r
 }
 
-type Shared = State<Arc<AppState>>;
+pub(crate) type Shared = State<Arc<AppState>>;
 
 fn error(status: StatusCode, message: String) -> Response {
     (status, Json(json!({ "error": message }))).into_response()
 }
 
 /// A request the API cannot answer, and why (a small error type: handlers use `?`).
-struct ApiError(StatusCode, String);
+pub(crate) struct ApiError(StatusCode, String);
 
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
@@ -268,11 +271,11 @@ impl IntoResponse for ApiError {
     }
 }
 
-fn bad(message: String) -> ApiError {
+pub(crate) fn bad(message: String) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, message)
 }
 
-fn internal(message: String) -> ApiError {
+pub(crate) fn internal(message: String) -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, message)
 }
 
@@ -293,6 +296,7 @@ async fn health(State(s): Shared) -> Json<Value> {
         "version": s.info.version,
         "source": s.info.source,
         "uptime_s": s.view.uptime().as_secs_f64(),
+        "history": s.info.data_dir.is_some(),
     }))
 }
 
@@ -856,85 +860,6 @@ async fn top(
         }
     };
     Ok(Json(json!({ "top": what, "rows": rows })).into_response())
-}
-
-/// `GET /api/v1/series?family=interface&key=total&from=UNIX&to=UNIX&resolution=auto`: a time
-/// series from the data directory (gaps are `null`).
-async fn series(
-    State(s): Shared,
-    Query(q): Query<HashMap<String, String>>,
-) -> Result<Response, ApiError> {
-    use sonde_history::series::{Family, Resolution, SeriesReader};
-    let Some(dir) = s.info.data_dir.clone() else {
-        return Err(ApiError(
-            StatusCode::NOT_FOUND,
-            "no time series: sonde was started without --data-dir".into(),
-        ));
-    };
-    let family_name = q.get("family").map_or("interface", String::as_str);
-    let family = Family::from_name(family_name).ok_or_else(|| {
-        bad(format!(
-            "family={family_name:?}: use interface, hosts, apps or exporters"
-        ))
-    })?;
-    let key = q.get("key").cloned().unwrap_or_else(|| "total".into());
-    let num = |k: &str| -> Result<Option<u64>, ApiError> {
-        q.get(k)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| bad(format!("{k}={v:?}: Unix seconds expected")))
-            })
-            .transpose()
-    };
-    let (from, to) = (num("from")?, num("to")?);
-    let res_name = q
-        .get("resolution")
-        .map_or("auto", String::as_str)
-        .to_string();
-    let res = match res_name.as_str() {
-        "auto" => None,
-        name => Some(
-            Resolution::ALL
-                .into_iter()
-                .find(|r| r.name() == name)
-                .ok_or_else(|| bad(format!("resolution={name:?}: use 1s, 1m, 1h, 1d or auto")))?,
-        ),
-    };
-    let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
-        let mut r = SeriesReader::open(&dir).map_err(|e| e.to_string())?;
-        let newest = r.committed().map_err(|e| e.to_string())?.unwrap_or(0);
-        let to = to.unwrap_or(newest + 1);
-        let from = from.unwrap_or(to.saturating_sub(3600));
-        let (res, points) = match res {
-            None => r.read_auto(family, &key, from, to),
-            Some(res) => r.read(family, &key, res, from, to).map(|p| (res, p)),
-        }
-        .map_err(|e| e.to_string())?;
-        let pts: Vec<Value> = points
-            .iter()
-            .map(|p| match &p.sample {
-                None => json!({ "t": p.t, "value": null }),
-                Some(x) => json!({
-                    "t": p.t,
-                    "value": x.sum.to_array(),
-                    "min": x.min.to_array(),
-                    "max": x.max.to_array(),
-                    "seconds": x.seconds,
-                }),
-            })
-            .collect();
-        Ok(json!({
-            "family": family.name(),
-            "key": key,
-            "resolution": res.name(),
-            "metrics": ["bytes_in", "bytes_out", "packets_in", "packets_out", "flows"],
-            "points": pts,
-        }))
-    })
-    .await
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
-    Ok(Json(result).into_response())
 }
 
 /// `GET /api/v1/events`: Server-Sent Events, one `interface` event a second with the

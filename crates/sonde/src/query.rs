@@ -1,10 +1,11 @@
 //! `sonde query`: reads the flow history of a data directory (a running or a stopped sonde's).
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use sonde_export::{format_addr, push_json_str, FlowWriter, Format};
+use sonde_history::filter_text::{parse_time, FilterText};
 use sonde_history::query::{self, Metric, Totals};
-use sonde_history::store::{Filter, FlowReader, Network};
+use sonde_history::store::{Filter, FlowReader};
 use std::io::Write;
 use std::path::PathBuf;
 
@@ -234,7 +235,7 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
             .map(|t| {
                 parse_time(t, now_ms)
                     .map(|ms| ms / 1000)
-                    .with_context(|| format!("{flag} '{t}'"))
+                    .map_err(|e| anyhow::anyhow!("{flag} '{t}': {e}"))
             })
             .transpose()
     };
@@ -319,153 +320,19 @@ fn metric(s: SortArg) -> Metric {
 }
 
 fn filter_of(c: &Common, now_ms: u64) -> Result<Filter> {
-    let from_ms = c
-        .from
-        .as_deref()
-        .map(|t| parse_time(t, now_ms).with_context(|| format!("--from '{t}'")))
-        .transpose()?;
-    let to_ms =
-        c.to.as_deref()
-            .map(|t| parse_time(t, now_ms).with_context(|| format!("--to '{t}'")))
-            .transpose()?;
-    if let (Some(f), Some(t)) = (from_ms, to_ms) {
-        if f > t {
-            bail!("--from is after --to");
-        }
-    }
-    let host = c
-        .host
-        .as_deref()
-        .map(|h| parse_network(h).with_context(|| format!("--host '{h}'")))
-        .transpose()?;
-    let proto = c
-        .proto
-        .as_deref()
-        .map(|p| match p.to_ascii_lowercase().as_str() {
-            "tcp" => Ok(6),
-            "udp" => Ok(17),
-            "icmp" => Ok(1),
-            "icmpv6" => Ok(58),
-            "sctp" => Ok(132),
-            n => n.parse::<u8>().map_err(|_| {
-                anyhow::anyhow!("--proto '{p}': use tcp, udp, icmp, icmpv6, sctp or a number 0-255")
-            }),
-        })
-        .transpose()?;
-    let app = c
-        .app
-        .as_deref()
-        .map(|a| {
-            a.parse::<u16>()
-                .ok()
-                .or_else(|| sonde_dpi::Proto::from_name(a).map(|p| p.0))
-                .ok_or_else(|| {
-                    anyhow::anyhow!("--app '{a}': not an application sonde knows (e.g. TLS, DNS, Google, or an nDPI number)")
-                })
-        })
-        .transpose()?;
-    Ok(Filter {
-        from_ms,
-        to_ms,
-        host,
-        port: c.port,
-        proto,
-        app,
-    })
-}
-
-/// `10.1.2.3`, `10.0.0.0/8`, `2001:db8::/32`.
-fn parse_network(s: &str) -> Result<Network> {
-    let (addr, len) = match s.split_once('/') {
-        Some((a, l)) => (a, Some(l)),
-        None => (s, None),
+    let text = FilterText {
+        from: c.from.as_deref(),
+        to: c.to.as_deref(),
+        host: c.host.as_deref(),
+        port: None,
+        proto: c.proto.as_deref(),
+        app: c.app.as_deref(),
     };
-    let ip: std::net::IpAddr = addr
-        .parse()
-        .map_err(|_| anyhow::anyhow!("'{addr}' is not an IPv4 or IPv6 address"))?;
-    let mut n = Network {
-        addr: [0; 16],
-        ip_version: 4,
-        prefix: 32,
-    };
-    match ip {
-        std::net::IpAddr::V4(a) => n.addr[..4].copy_from_slice(&a.octets()),
-        std::net::IpAddr::V6(a) => {
-            n.addr = a.octets();
-            n.ip_version = 6;
-            n.prefix = 128;
-        }
-    }
-    if let Some(l) = len {
-        let max = n.prefix;
-        n.prefix = l
-            .parse::<u8>()
-            .ok()
-            .filter(|&l| l <= max)
-            .ok_or_else(|| anyhow::anyhow!("prefix length '{l}' must be 0 to {max}"))?;
-    }
-    Ok(n)
-}
-
-/// Unix seconds, `YYYY-MM-DD[THH:MM[:SS]][Z]` (UTC), or `-N{s,m,h,d}` before now; in ms.
-pub fn parse_time(s: &str, now_ms: u64) -> Result<u64> {
-    let bad = || {
-        anyhow::anyhow!(
-            "not a time: use Unix seconds, 2026-11-23T08:00:00Z, 2026-11-23, or -90s/-15m/-2h/-7d"
-        )
-    };
-    if let Some(rel) = s.strip_prefix('-') {
-        let (num, unit) = rel.split_at(rel.len().saturating_sub(1));
-        let n: u64 = num.parse().map_err(|_| bad())?;
-        let ms = match unit {
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad()),
-        };
-        return Ok(now_ms.saturating_sub(n.saturating_mul(ms)));
-    }
-    if s.bytes().all(|b| b.is_ascii_digit()) && !s.is_empty() {
-        return s
-            .parse::<u64>()
-            .map(|secs| secs.saturating_mul(1000))
-            .map_err(|_| bad());
-    }
-    let s = s.strip_suffix('Z').unwrap_or(s);
-    let (date, time) = s.split_once(['T', ' ']).unwrap_or((s, "00:00:00"));
-    let d: Vec<&str> = date.split('-').collect();
-    let t: Vec<&str> = time.split(':').collect();
-    if d.len() != 3 || !(2..=3).contains(&t.len()) {
-        return Err(bad());
-    }
-    let num = |x: &str, lo: u64, hi: u64| -> Result<u64> {
-        x.parse::<u64>()
-            .ok()
-            .filter(|v| (lo..=hi).contains(v))
-            .ok_or_else(bad)
-    };
-    let (y, m, day) = (num(d[0], 1970, 9999)?, num(d[1], 1, 12)?, num(d[2], 1, 31)?);
-    let (hh, mm) = (num(t[0], 0, 23)?, num(t[1], 0, 59)?);
-    let ss = t.get(2).map_or(Ok(0), |x| num(x, 0, 60))?;
-    Ok(
-        (days_from_civil(y as i64, m as u32, day as u32) as u64 * 86_400
-            + hh * 3600
-            + mm * 60
-            + ss)
-            * 1000,
-    )
-}
-
-/// Days since 1970-01-01 of a proleptic Gregorian date (Howard Hinnant's algorithm).
-fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
-    let y = if m <= 2 { y - 1 } else { y };
-    let era = y.div_euclid(400);
-    let yoe = y - era * 400;
-    let mp = (m as i64 + 9) % 12;
-    let doy = (153 * mp + 2) / 5 + d as i64 - 1;
-    let doe = yoe * 365 + yoe / 4 - yoe / 100 + doy;
-    era * 146_097 + doe - 719_468
+    let mut filter = text
+        .parse(now_ms, |f| format!("--{f}"))
+        .map_err(anyhow::Error::msg)?;
+    filter.port = c.port;
+    Ok(filter)
 }
 
 /// `2026-11-23T08:00:00.123Z`.
@@ -601,38 +468,8 @@ mod tests {
     use super::*;
 
     #[test]
-    fn times_parse_in_every_form() {
-        let now = 1_800_000_000_000;
-        assert_eq!(parse_time("1700000000", now).unwrap(), 1_700_000_000_000);
-        assert_eq!(
-            parse_time("2023-11-14T22:13:20Z", now).unwrap(),
-            1_700_000_000_000
-        );
-        assert_eq!(parse_time("1970-01-01", now).unwrap(), 0);
-        assert_eq!(
-            parse_time("2000-03-01T00:00", now).unwrap(),
-            951_868_800_000
-        );
-        assert_eq!(parse_time("-2h", now).unwrap(), now - 7_200_000);
-        assert_eq!(parse_time("-90s", now).unwrap(), now - 90_000);
-        for bad in ["yesterday", "2023-13-01", "-5y", "2023-11-14T25:00", ""] {
-            assert!(parse_time(bad, now).is_err(), "{bad}");
-        }
+    fn times_format_as_utc() {
         assert_eq!(format_time(1_700_000_000_123), "2023-11-14T22:13:20.123Z");
         assert_eq!(format_time(951_868_800_000), "2000-03-01T00:00:00.000Z");
-    }
-
-    #[test]
-    fn networks_parse_and_match() {
-        let n = parse_network("10.1.0.0/16").unwrap();
-        let mut a = [0u8; 16];
-        a[..4].copy_from_slice(&[10, 1, 200, 3]);
-        assert!(n.contains(&a, 4));
-        a[1] = 2;
-        assert!(!n.contains(&a, 4));
-        assert!(parse_network("10.0.0.0/33").is_err());
-        assert!(parse_network("example.com").is_err());
-        let v6 = parse_network("2001:db8::/32").unwrap();
-        assert_eq!((v6.ip_version, v6.prefix), (6, 32));
     }
 }
