@@ -100,6 +100,74 @@ export interface HostDetail {
   server_ports: Ranked[];
 }
 
+/** `/api/v1/health`; `history` is whether sonde keeps a history on disk (--data-dir). */
+export interface Health {
+  status: string;
+  version: string;
+  source: string;
+  uptime_s: number;
+  history?: boolean;
+}
+
+/**
+ * One interval of a time series: `value` holds the sums over it of bytes in, bytes out, packets
+ * in, packets out and flows (`metrics`), or is null for a gap (no data, not zero); `seconds` is
+ * how many of its seconds had data.
+ */
+export interface SeriesPoint {
+  t: number;
+  value: number[] | null;
+  min?: number[];
+  max?: number[];
+  seconds?: number;
+}
+
+export interface Series {
+  family: string;
+  key: string;
+  /** "1s", "1m", "1h" or "1d". */
+  resolution: string;
+  metrics: string[];
+  points: SeriesPoint[];
+}
+
+/**
+ * A flow from the history on disk: the `--flows-out` record, with nProbe's names. SRC is the
+ * client. The strings DPI read off the wire are attacker data, shown only as text.
+ */
+export interface StoredFlow {
+  IPV4_SRC_ADDR?: string;
+  IPV6_SRC_ADDR?: string;
+  IPV4_DST_ADDR?: string;
+  IPV6_DST_ADDR?: string;
+  L4_SRC_PORT: number;
+  L4_DST_PORT: number;
+  PROTOCOL: number;
+  VLAN_ID?: number;
+  IN_PKTS: number;
+  IN_BYTES: number;
+  OUT_PKTS: number;
+  OUT_BYTES: number;
+  FLOW_START_MILLISECONDS: number;
+  FLOW_END_MILLISECONDS: number;
+  L7_PROTO_NAME?: string;
+  SERVER_NAME?: string;
+  HTTP_HOST?: string;
+  HTTP_URL?: string;
+  HTTP_USER_AGENT?: string;
+  TLS_SERVER_NAME?: string;
+  DNS_QUERY?: string;
+}
+
+/** A host (its address; `vlan` too) or an application label, ranked over the history. */
+export interface HistoryRow {
+  name: string;
+  vlan?: number;
+  flows: number;
+  packets: number;
+  bytes: number;
+}
+
 export interface Accounts {
   users: { name: string; role: string }[];
   tokens: { name: string; role: string }[];
@@ -153,19 +221,28 @@ export function query(params: Record<string, string | number | undefined | null>
   return s ? `?${s}` : '';
 }
 
+/** Query parameters; empty and missing values are left out. */
+type Params = Record<string, string | number | undefined>;
+
 export const api = {
   me: () => request<Me>('GET', '/api/v1/me'),
   login: (user: string, password: string) => request<Me>('POST', '/api/v1/login', { user, password }),
   logout: () => request<void>('POST', '/api/v1/logout'),
   iface: (signal?: AbortSignal) => request<Interface>('GET', '/api/v1/interface', undefined, signal),
-  hosts: (params: Record<string, string | number | undefined>, signal?: AbortSignal) =>
+  hosts: (params: Params, signal?: AbortSignal) =>
     request<{ total: number; offset: number; limit: number; hosts: Host[] }>('GET', `/api/v1/hosts${query(params)}`, undefined, signal),
   host: (ip: string, signal?: AbortSignal) =>
     request<HostDetail>('GET', `/api/v1/hosts/${encodeURIComponent(ip)}`, undefined, signal),
-  flows: (params: Record<string, string | number | undefined>, signal?: AbortSignal) =>
+  flows: (params: Params, signal?: AbortSignal) =>
     request<{ total: number; offset: number; limit: number; flows: Flow[] }>('GET', `/api/v1/flows${query(params)}`, undefined, signal),
   top: (what: 'talkers' | 'destinations' | 'applications' | 'ports' | 'protocols', n: number, signal?: AbortSignal) =>
     request<{ top: string; rows: Ranked[] }>('GET', `/api/v1/top/${what}${query({ n })}`, undefined, signal),
+  health: () => request<Health>('GET', '/api/v1/health'),
+  series: (params: Params, signal?: AbortSignal) => request<Series>('GET', `/api/v1/series${query(params)}`, undefined, signal),
+  historyFlows: (params: Params, signal?: AbortSignal) =>
+    request<{ flows: StoredFlow[]; offset: number; limit: number; more: boolean }>('GET', `/api/v1/history/flows${query(params)}`, undefined, signal),
+  historyTop: (what: 'hosts' | 'apps', params: Params, signal?: AbortSignal) =>
+    request<{ rows: HistoryRow[] }>('GET', `/api/v1/history/top/${what}${query(params)}`, undefined, signal),
   accounts: () => request<Accounts>('GET', '/api/v1/admin/users'),
   addUser: (name: string, role: string, password: string) =>
     request<{ name: string; role: string }>('POST', '/api/v1/admin/users', { name, role, password }),

@@ -1,6 +1,7 @@
-// Time charts with uPlot (canvas, small and fast). A chart keeps a sliding window of points; a
-// live view pushes one point per second and the chart moves. Canvas cannot read CSS, so colours
-// come from the theme's custom properties and the chart is rebuilt when the theme changes.
+// Time charts with uPlot (canvas, small and fast). A live chart keeps a sliding window of points:
+// its view pushes one point per second and the chart moves. A history chart is shown whole over
+// a fixed span, gaps (null) left as gaps. Canvas cannot read CSS, so colours come from the
+// theme's custom properties and the chart is rebuilt when the theme changes.
 
 import uPlot from 'uplot';
 import 'uplot/dist/uPlot.min.css';
@@ -21,15 +22,17 @@ export interface ChartOptions {
   /** Read by screen readers in place of the picture. */
   label: string;
   series: SeriesSpec[];
-  /** Seconds of history kept and shown. */
-  window: number;
+  /** Live charts: seconds kept and shown, up to the newest point. */
+  window?: number;
   height?: number;
 }
 
-export class LiveChart {
+export class TimeChart {
   readonly el: HTMLElement;
   private u: uPlot | null = null;
-  private readonly data: number[][];
+  private data: (number | null)[][];
+  /** The fixed x span of a history chart (set by `show`); live charts have none. */
+  private span: [number, number] | null = null;
   private readonly host: HTMLElement;
   private readonly summary: HTMLElement;
   private readonly resize: ResizeObserver;
@@ -79,12 +82,14 @@ export class LiveChart {
       cursor: { drag: { x: false, y: false } },
       legend: { show: true, live: true },
       scales: {
-        // The x axis always spans the whole window and ends at the newest point: the chart scrolls.
+        // Live: the x axis spans the whole window and ends at the newest point, so the chart
+        // scrolls. History: the span asked for.
         x: {
           time: true,
           range: (_u, _min, max) => {
+            if (this.span) return this.span;
             const end = max ?? Date.now() / 1000;
-            return [end - this.opts.window, end];
+            return [end - (this.opts.window ?? 300), end];
           },
         },
         // Rates start at zero, with some headroom above the largest.
@@ -100,7 +105,8 @@ export class LiveChart {
           stroke: color(s.colorVar),
           width: 2,
           fill: s.axis === 'left' ? color(s.colorVar) + '22' : undefined,
-          points: { show: false },
+          // A value between two gaps has no line to be part of: it is drawn as a dot.
+          points: { show: false, filter: isolated, size: 7, fill: color(s.colorVar) },
           // Under the cursor its value; otherwise the latest one.
           value: (u: uPlot, v: number | null, si: number) => {
             const col = u.data[si] as (number | null)[];
@@ -117,10 +123,21 @@ export class LiveChart {
   push(t: number, values: number[]): void {
     this.data[0].push(t);
     values.forEach((v, i) => this.data[i + 1].push(v));
-    const from = t - this.opts.window;
-    while (this.data[0].length > 0 && this.data[0][0] < from) for (const col of this.data) col.shift();
+    const from = t - (this.opts.window ?? 300);
+    while (this.data[0].length > 0 && (this.data[0][0] ?? 0) < from) for (const col of this.data) col.shift();
     this.u?.setData(this.data as uPlot.AlignedData);
     this.summary.textContent = this.opts.series.map((s, i) => `${s.label}: ${s.format(values[i])}`).join(', ');
+  }
+
+  /**
+   * Shows `columns` (one per series, null for a gap) at times `t` over the span `from`..`to`
+   * (Unix seconds), in place of what was shown; `summary` is the text for screen readers.
+   */
+  show(t: number[], columns: (number | null)[][], from: number, to: number, summary: string): void {
+    this.span = [from, to];
+    this.data = [t, ...columns];
+    this.u?.setData(this.data as uPlot.AlignedData);
+    this.summary.textContent = summary;
   }
 
   destroy(): void {
@@ -130,4 +147,14 @@ export class LiveChart {
     this.u?.destroy();
     this.u = null;
   }
+}
+
+/** The indices of the values with a gap (or nothing) on both sides. */
+function isolated(u: uPlot, si: number): number[] | null {
+  const col = u.data[si] as (number | null | undefined)[];
+  const out: number[] = [];
+  for (let i = 0; i < col.length; i++) {
+    if (col[i] != null && col[i - 1] == null && col[i + 1] == null) out.push(i);
+  }
+  return out.length > 0 ? out : null;
 }

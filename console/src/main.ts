@@ -9,6 +9,7 @@ import * as theme from './theme';
 import { applications } from './views/applications';
 import { dashboard } from './views/dashboard';
 import { flows } from './views/flows';
+import { history } from './views/history';
 import { host } from './views/host';
 import { hosts } from './views/hosts';
 import { iface } from './views/iface';
@@ -22,6 +23,8 @@ interface Page {
   /** Shown in the navigation (the host page is reached through links). */
   nav?: boolean;
   adminOnly?: boolean;
+  /** Shown in the navigation only when sonde keeps a history (--data-dir). */
+  needsHistory?: boolean;
 }
 
 const PAGES: Record<string, Page> = {
@@ -30,6 +33,7 @@ const PAGES: Record<string, Page> = {
   flows: { view: flows, title: 'Flows', nav: true },
   applications: { view: applications, title: 'Applications', nav: true },
   interface: { view: iface, title: 'Interface', nav: true },
+  history: { view: history, title: 'History', nav: true, needsHistory: true },
   users: { view: users, title: 'Users', nav: true, adminOnly: true },
   host: { view: host, title: 'Host' },
 };
@@ -39,6 +43,8 @@ const nav = document.getElementById('nav') as HTMLElement;
 const meBox = document.getElementById('me') as HTMLElement;
 
 let me: Me | null = null;
+/** Whether sonde was started with --data-dir (from /api/v1/health). */
+let hasHistory = false;
 let stop: Stop | undefined;
 
 function stopView() {
@@ -49,7 +55,7 @@ function stopView() {
 /** The navigation, the current user and the buttons (theme, logout). */
 function chrome() {
   const items = Object.entries(PAGES)
-    .filter(([, p]) => p.nav && (!p.adminOnly || me?.role === 'admin'))
+    .filter(([, p]) => p.nav && (!p.adminOnly || me?.role === 'admin') && (!p.needsHistory || hasHistory))
     .map(([name, p]) => el('li', {}, link(href(name), p.title, { 'data-view': name })));
   replace(nav, me ? el('ul', {}, ...items) : null);
 
@@ -82,11 +88,15 @@ function showLogin() {
   chrome();
   document.title = 'Log in · sonde';
   replace(main);
-  login(main, (who) => {
-    me = who;
-    chrome();
-    route(false);
-  });
+  login(main, (who) => void signedIn(who));
+}
+
+/** After a login (or with a session already open): what the server offers, then the page. */
+async function signedIn(who: Me) {
+  me = who;
+  hasHistory = (await api.health().catch(() => null))?.history === true;
+  chrome();
+  route(false);
 }
 
 /** Shows the view the URL names. `focus` moves focus to it (on navigation, for screen readers). */
@@ -106,7 +116,7 @@ function route(focus = true) {
     return;
   }
   document.title = `${page.title}${r.arg ? ` ${r.arg}` : ''} · sonde`;
-  stop = page.view(main, r, { me }) ?? undefined;
+  stop = page.view(main, r, { me, history: hasHistory }) ?? undefined;
   if (focus) main.focus({ preventScroll: true });
 }
 
@@ -121,14 +131,14 @@ async function start() {
     if (me) showLogin();
   });
   window.addEventListener('hashchange', () => route());
+  let who: Me;
   try {
-    me = await api.me();
+    who = await api.me();
   } catch {
     showLogin();
     return;
   }
-  chrome();
-  route(false);
+  await signedIn(who);
 }
 
 void start();

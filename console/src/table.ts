@@ -121,23 +121,43 @@ export function table<T>(opts: TableOptions<T>): Table<T> {
   };
 }
 
-/** "1–50 of 123" with Previous/Next buttons for server-side paging. */
-export function pager(onPage: (offset: number) => void): { el: HTMLElement; update(total: number, offset: number, limit: number): void } {
+/** Previous/Next buttons around a text, for server-side paging. */
+function pagerParts(onPage: (offset: number) => void) {
   const text = el('span', { class: 'range', 'aria-live': 'polite' });
   const prev = el('button', { type: 'button' }, '‹ Previous');
   const next = el('button', { type: 'button' }, 'Next ›');
-  let state = { total: 0, offset: 0, limit: 50 };
-  prev.addEventListener('click', () => onPage(Math.max(0, state.offset - state.limit)));
-  next.addEventListener('click', () => onPage(state.offset + state.limit));
+  const at = { offset: 0, limit: 50 };
+  prev.addEventListener('click', () => onPage(Math.max(0, at.offset - at.limit)));
+  next.addEventListener('click', () => onPage(at.offset + at.limit));
+  return { el: el('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, text, next), text, prev, next, at };
+}
+
+/** "1–50 of 123" with Previous/Next buttons for server-side paging. */
+export function pager(onPage: (offset: number) => void): { el: HTMLElement; update(total: number, offset: number, limit: number): void } {
+  const p = pagerParts(onPage);
   return {
-    el: el('nav', { class: 'pager', 'aria-label': 'Pages' }, prev, text, next),
+    el: p.el,
     update(total, offset, limit) {
-      state = { total, offset, limit };
+      Object.assign(p.at, { offset, limit });
       const last = Math.min(total, offset + limit);
-      text.textContent = total === 0 ? '0 of 0' : `${offset + 1}–${last} of ${total}`;
-      text.dataset.total = String(total);
-      prev.disabled = offset === 0;
-      next.disabled = last >= total;
+      p.text.textContent = total === 0 ? '0 of 0' : `${offset + 1}–${last} of ${total}`;
+      p.text.dataset.total = String(total);
+      p.prev.disabled = offset === 0;
+      p.next.disabled = last >= total;
+    },
+  };
+}
+
+/** The same where the total is not known: the server says whether more rows follow. */
+export function pagerMore(onPage: (offset: number) => void): { el: HTMLElement; update(offset: number, rows: number, limit: number, more: boolean): void } {
+  const p = pagerParts(onPage);
+  return {
+    el: p.el,
+    update(offset, rows, limit, more) {
+      Object.assign(p.at, { offset, limit });
+      p.text.textContent = rows === 0 ? 'none' : `${offset + 1}–${offset + rows}${more ? ', more follow' : ''}`;
+      p.prev.disabled = offset === 0;
+      p.next.disabled = !more;
     },
   };
 }
@@ -157,9 +177,9 @@ export function bar(part: number, whole: number): HTMLElement {
 
 /** A top-N table (applications, protocols, ports, peers): its first column, bytes, flows and
  * each row's share of the bytes shown. */
-export function rankedTable(caption: string, first: string, cellOf: (r: Ranked) => Child, empty: string) {
+export function rankedTable<R extends { bytes: number; flows: number } = Ranked>(caption: string, first: string, cellOf: (r: R) => Child, empty: string) {
   let total = 0;
-  const t = table<Ranked>({
+  const t = table<R>({
     caption,
     hideCaption: true,
     columns: [
@@ -172,7 +192,7 @@ export function rankedTable(caption: string, first: string, cellOf: (r: Ranked) 
   });
   return {
     el: t.el,
-    update(rows: Ranked[]) {
+    update(rows: R[]) {
       total = rows.reduce((a, r) => a + r.bytes, 0);
       t.update(rows);
     },

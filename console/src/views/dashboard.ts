@@ -2,7 +2,7 @@
 // figures, and what is largest right now: hosts, applications, flows.
 
 import { api, subscribe, type Host, type Flow } from '../api';
-import { LiveChart } from '../chart';
+import { TimeChart } from '../chart';
 import { card, el, heading, link } from '../dom';
 import { flowColumns, hostLink, appCell } from '../flowcols';
 import * as fmt from '../format';
@@ -12,7 +12,7 @@ import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
 
 export const dashboard: View = (root) => {
-  const chart = new LiveChart({
+  const chart = new TimeChart({
     label: 'Throughput over the last two minutes, bits and packets per second',
     window: 120,
     series: [

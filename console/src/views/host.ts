@@ -1,14 +1,16 @@
 // One host (#/host/10.0.0.1): its counters (one block per VLAN it was seen on), its traffic
 // over time, applications, peers, server ports and largest flows. Refreshed every 2 s; the
-// traffic chart is drawn from the differences between two refreshes.
+// traffic chart is drawn from the differences between two refreshes. With --data-dir, a chart
+// of its stored series too (#/host/10.0.0.1?vlan=5 for its traffic on VLAN 5).
 
 import { api, ApiError, type Flow, type Host, type HostDetail } from '../api';
-import { LiveChart } from '../chart';
+import { TimeChart } from '../chart';
 import { card, el, heading, link, replace } from '../dom';
 import { appCell, flowColumns, hostLink } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { href } from '../router';
+import { seriesCard } from '../series';
 import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
 
@@ -35,9 +37,12 @@ function counters(h: Host): HTMLElement {
   return el('dl', { class: 'stats', 'data-vlan': h.vlan }, ...items);
 }
 
-export const host: View = (root, route) => {
+export const host: View = (root, route, ctx) => {
   const ip = route.arg;
-  const chart = new LiveChart({
+  const vlan = Number(route.params.get('vlan')) || 0;
+  // The series of a host is keyed by its address, with "@VLAN" when not 0.
+  const long = ctx.history ? seriesCard({ family: 'hosts', key: vlan ? `${ip}@${vlan}` : ip, label: `Traffic of ${ip}`, names: { in: 'received', out: 'sent' } }) : null;
+  const chart = new TimeChart({
     label: `Traffic of ${ip}, bits per second sent and received`,
     window: 300,
     series: [
@@ -61,6 +66,7 @@ export const host: View = (root, route) => {
     status,
     blocks,
     el('section', { class: 'card wide', 'aria-labelledby': 'host-tp' }, el('h2', { id: 'host-tp' }, 'Traffic'), chart.el),
+    ...(long ? [long.el] : []),
     el('div', { class: 'grid' }, card('Applications', apps.el), card('Peers', peers.el), card('Server ports', ports.el)),
     el('section', { class: 'card wide', 'aria-labelledby': 'host-flows' }, el('h2', { id: 'host-flows' }, 'Flows'), flowsNote, flowsT.el),
   );
@@ -98,5 +104,5 @@ export const host: View = (root, route) => {
       status.textContent = e instanceof ApiError && e.status === 404 ? `${ip} is not a live host (never seen, or idle and purged).` : (e as Error).message;
     }
   }, 2000);
-  return stopAll(stopPoll, () => chart.destroy());
+  return stopAll(stopPoll, () => chart.destroy(), long?.stop);
 };

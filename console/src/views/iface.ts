@@ -1,11 +1,13 @@
 // The interface: what sonde received and what it could not count (drops by sonde, by the
-// capture's kernel buffer, by the interface), with live rates and drops per second.
+// capture's kernel buffer, by the interface), with live rates and drops per second, and with
+// --data-dir its traffic over the stored series.
 
 import { api, subscribe, type Interface } from '../api';
-import { LiveChart } from '../chart';
+import { TimeChart } from '../chart';
 import { card, el, heading } from '../dom';
 import * as fmt from '../format';
 import { poll } from '../poll';
+import { seriesCard } from '../series';
 import { num } from '../table';
 import { stopAll, type View } from './view';
 
@@ -24,8 +26,8 @@ const ROWS: [keyof Interface, string, (n: number) => string, string][] = [
   ['hosts_active', 'Active hosts', fmt.count, ''],
 ];
 
-export const iface: View = (root) => {
-  const chart = new LiveChart({
+export const iface: View = (root, _route, ctx) => {
+  const chart = new TimeChart({
     label: 'Packets and drops per second over the last two minutes',
     window: 120,
     series: [
@@ -33,6 +35,8 @@ export const iface: View = (root) => {
       { label: 'drops/s', colorVar: '--c3', axis: 'right', format: fmt.pps },
     ],
   });
+  // In the interface's series, "out" is client to server.
+  const long = ctx.history ? seriesCard({ family: 'interface', key: 'total', label: 'Traffic of the interface', names: { in: 'server → client', out: 'client → server' } }) : null;
   const source = el('p', { class: 'muted' });
   const tbody = el('tbody');
   const cells = new Map<keyof Interface, HTMLElement>();
@@ -51,6 +55,7 @@ export const iface: View = (root) => {
   root.append(
     heading('Interface', source),
     el('section', { class: 'card wide', 'aria-labelledby': 'if-rate' }, el('h2', { id: 'if-rate' }, 'Packets and drops'), chart.el),
+    ...(long ? [long.el] : []),
     card('Counters', el('div', { class: 'table-wrap' }, counters)),
   );
 
@@ -68,5 +73,5 @@ export const iface: View = (root) => {
       cells.get(k)?.replaceChildren(num(v, f(v)));
     }
   }, 2000);
-  return stopAll(unsubscribe, stopPoll, () => chart.destroy());
+  return stopAll(unsubscribe, stopPoll, () => chart.destroy(), long?.stop);
 };

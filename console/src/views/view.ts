@@ -6,6 +6,8 @@ import type { Route } from '../router';
 
 export interface Ctx {
   me: Me;
+  /** Whether sonde keeps a history on disk (--data-dir): the History page and long-range charts. */
+  history: boolean;
 }
 
 export type Stop = () => void;

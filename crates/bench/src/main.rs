@@ -1651,6 +1651,12 @@ fn main() {
                 let text = history_bench::run(b.opts.quick, &b.scratch)
                     .unwrap_or_else(|e| format!("## 9. Flow history\n\nfailed: {e}\n"));
                 b.emit(&text);
+                b.progress("history: the same flows in nfdump");
+                let text = history_bench::run_peer(b.opts.quick, &b.opts.sonde, &b.scratch)
+                    .unwrap_or_else(|e| {
+                        format!("### 9b. The same flows in nfdump\n\nfailed: {e}\n")
+                    });
+                b.emit(&text);
             }
             "api" => {
                 b.progress("api: REST API latency at 1M hosts and flows, and packets under load");

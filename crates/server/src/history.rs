@@ -238,6 +238,8 @@ pub(crate) async fn series(
             "family": family.name(),
             "key": key,
             "resolution": res.name(),
+            "from": from,
+            "to": to,
             "metrics": ["bytes_in", "bytes_out", "packets_in", "packets_out", "flows"],
             "points": pts,
         }))
