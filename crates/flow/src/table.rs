@@ -44,7 +44,10 @@ impl Index {
         let n = (want * 2)
             .next_power_of_two()
             .clamp(self.slots.len() * 2, self.max_slots);
-        let old = std::mem::replace(&mut self.slots, vec![EMPTY; n]);
+        let old = std::mem::replace(&mut self.slots, Vec::with_capacity(n));
+        // Advised before the zeroes are written, so they land on huge pages.
+        advise_huge_pages(&self.slots);
+        self.slots.resize(n, EMPTY);
         self.mask = (n - 1) as u32;
         for s in old.into_iter().filter(|&s| s != EMPTY) {
             // Positions come from the stored tag: entries are not touched to rehash.
@@ -139,6 +142,32 @@ impl Index {
 
     pub fn memory_bytes(&self) -> usize {
         self.slots.len() * 8
+    }
+}
+
+/// Asks the kernel to back a large index with 2 MiB pages (transparent huge pages: Linux's
+/// default `madvise` mode gives them only to memory that asks). Look-ups land at random
+/// places of an index of tens or hundreds of MiB, and each 4 KiB page would cost a TLB miss.
+/// A hint only; where it is refused nothing changes. (The flow and host slabs are filled in
+/// order and are not advised: on the benchmark VM their huge-page faults cost more system
+/// time than the TLB saved; see BENCHMARKS.md, section 5.)
+fn advise_huge_pages(v: &Vec<u64>) {
+    const MIN: usize = 4 << 20;
+    const PAGE: usize = 4096;
+    let bytes = v.capacity() * std::mem::size_of::<u64>();
+    if bytes < MIN {
+        return;
+    }
+    #[cfg(target_os = "linux")]
+    {
+        let start = v.as_ptr() as usize;
+        let aligned = (start + PAGE - 1) & !(PAGE - 1);
+        let len = (start + bytes - aligned) & !(PAGE - 1);
+        // SAFETY: the range lies inside the Vec's own allocation; MADV_HUGEPAGE changes how
+        // the kernel backs it, never its contents.
+        unsafe {
+            libc::madvise(aligned as *mut libc::c_void, len, libc::MADV_HUGEPAGE);
+        }
     }
 }
 
