@@ -44,10 +44,10 @@ impl Index {
         let n = (want * 2)
             .next_power_of_two()
             .clamp(self.slots.len() * 2, self.max_slots);
-        let old = std::mem::replace(&mut self.slots, Vec::with_capacity(n));
-        // Advised before the zeroes are written, so they land on huge pages.
+        // A zeroed allocation this large is fresh pages from the kernel, not yet touched: the
+        // advice applies before the first fault.
+        let old = std::mem::replace(&mut self.slots, vec![EMPTY; n]);
         advise_huge_pages(&self.slots);
-        self.slots.resize(n, EMPTY);
         self.mask = (n - 1) as u32;
         for s in old.into_iter().filter(|&s| s != EMPTY) {
             // Positions come from the stored tag: entries are not touched to rehash.
