@@ -21,9 +21,10 @@ build: setup console
 	$(CARGO) build --release -p sonde $(FEATURES)
 
 # The main job on the embedded default: sonde replays the bundled capture at its real pace,
-# printing a stats line per second and every flow as JSON when it ends.
+# printing a stats line per second and every flow as JSON when it ends, and keeping history in
+# ./sonde-data (the console's History page and traffic charts; it grows with each run).
 run: build
-	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --stats-json - --http 127.0.0.1:3000
+	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data
 
 test: setup console
 	scripts/setup-test-deps.sh
