@@ -478,7 +478,7 @@ pub fn run_peer(quick: bool, sonde: &Path, scratch: &Path) -> Result<String, Str
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "### 9b. The same flows in nfdump (same run)\n\n{} one-way flows (the generator above, \
+        "\n### 9b. The same flows in nfdump (same run)\n\n{} one-way flows (the generator above, \
          reply direction left out). sonde: `FlowStore` appends on one thread, records in \
          memory. nfcapd (nfdump {}): the same flows as IPFIX datagrams from sonde's encoder, \
          over UDP on 127.0.0.1 at 10 datagrams per ms into a 4 MiB socket buffer (`-B`); its CPU time (wait4) includes \
