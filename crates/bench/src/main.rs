@@ -1069,18 +1069,54 @@ fn dpi(b: &mut Bench) {
 /// What a collector kept: records, CPU seconds, peak RSS.
 type Stored = (u64, f64, u64);
 
-/// NetFlow v9 and IPFIX datagrams (made by sonde's encoder: 25–30 records each, every record a
-/// different flow) for the collector benchmark.
-fn flow_datagrams(format: sonde_flowproto::encode::ExportFormat, flows: u64) -> Vec<Vec<u8>> {
+/// Which flows the collector benchmark's records describe.
+#[derive(Clone, Copy, PartialEq, Eq)]
+enum RecordMix {
+    /// Every record a different flow from a different client (the worst case for a collector
+    /// that keeps flows and hosts: each record creates a flow and a host).
+    AllNew,
+    /// Each flow exported in 10 records (as a router's active timeout does), among 20k clients
+    /// and 500 servers: steady state, flows and hosts mostly known.
+    Repeated,
+}
+
+impl RecordMix {
+    fn name(self) -> &'static str {
+        match self {
+            RecordMix::AllNew => "every record a new flow",
+            RecordMix::Repeated => "10 records per flow, 20k clients",
+        }
+    }
+}
+
+/// NetFlow v9 and IPFIX datagrams (made by sonde's encoder: 25–30 records each) for the
+/// collector benchmark.
+fn flow_datagrams(
+    format: sonde_flowproto::encode::ExportFormat,
+    records: u64,
+    mix: RecordMix,
+) -> Vec<Vec<u8>> {
     use sonde_flowproto::encode::{Exporter, ExporterConfig};
     let mut e = Exporter::new(ExporterConfig::new(format));
     let mut out = Vec::new();
     let mut batch = Vec::with_capacity(1000);
     let t0 = 1_700_000_000_000u64;
-    for i in 0..flows {
+    let distinct = (records / 10).max(1);
+    for i in 0..records {
+        let (client, server, sport) = match mix {
+            RecordMix::AllNew => (i as u32, i as u32 % 65536, 1024 + (i % 60000) as u16),
+            RecordMix::Repeated => {
+                let flow = i % distinct;
+                (
+                    (flow % 20_000) as u32,
+                    (flow % 500) as u32,
+                    1024 + (flow / 20_000) as u16,
+                )
+            }
+        };
         let mut f = sonde_flowproto::ExportFlow {
             ip_version: 4,
-            sport: 1024 + (i % 60000) as u16,
+            sport,
             dport: 443,
             proto: 6,
             packets: 10 + i % 7,
@@ -1090,8 +1126,8 @@ fn flow_datagrams(format: sonde_flowproto::encode::ExportFormat, flows: u64) -> 
             tcp_flags: 0x1b,
             ..Default::default()
         };
-        f.src[..4].copy_from_slice(&(0x0a00_0000u32 + (i as u32)).to_be_bytes());
-        f.dst[..4].copy_from_slice(&(0xc0a8_0000u32 + (i as u32 % 65536)).to_be_bytes());
+        f.src[..4].copy_from_slice(&(0x0a00_0000u32 + client).to_be_bytes());
+        f.dst[..4].copy_from_slice(&(0xc0a8_0000u32 + server).to_be_bytes());
         batch.push(f);
         if batch.len() == batch.capacity() {
             // Exported when the batch's last flow has ended, as a router does (a v9 record
@@ -1100,8 +1136,13 @@ fn flow_datagrams(format: sonde_flowproto::encode::ExportFormat, flows: u64) -> 
             batch.clear();
         }
     }
-    e.encode(&batch, t0 + flows / 1000 + 500, &mut out);
+    e.encode(&batch, t0 + records / 1000 + 500, &mut out);
     out
+}
+
+/// Packets in the records `flow_datagrams` makes (for collectors that report sums).
+fn packets_sent(records: u64) -> u64 {
+    (0..records).map(|i| 10 + i % 7).sum()
 }
 
 /// sonde's collector decoder and flow engine on one thread, without sockets or threads: what
@@ -1200,15 +1241,22 @@ fn collect(b: &mut Bench) {
         "sonde's ratio",
         "max RSS",
     ]);
-    for (fname, format) in [
-        ("NetFlow v9", ExportFormat::NetflowV9),
-        ("IPFIX", ExportFormat::Ipfix),
-    ] {
+    for (mix, (fname, format)) in [RecordMix::AllNew, RecordMix::Repeated]
+        .into_iter()
+        .flat_map(|m| {
+            [
+                ("NetFlow v9", ExportFormat::NetflowV9),
+                ("IPFIX", ExportFormat::Ipfix),
+            ]
+            .map(|f| (m, f))
+        })
+    {
+        let fname = &format!("{fname}, {}", mix.name());
         b.progress(&format!(
             "collect: encoding {} {fname} records",
             fmt_count(flows)
         ));
-        let dgrams = flow_datagrams(format, flows);
+        let dgrams = flow_datagrams(format, flows, mix);
         let secs = (dgrams.len() / per_ms / 1000) as u64 + 6;
         let mut results: Vec<(String, Result<Stored, String>)> = Vec::new();
         for tool in ["sonde", "nfcapd", "nfacctd"] {
@@ -1311,9 +1359,17 @@ fn collect(b: &mut Bench) {
                             .count() as u64
                     })
                     .map_err(|e| e.to_string()),
+                // Rows are 5-tuples: with repeated flows, the records are counted by packets.
                 _ => std::fs::read_to_string(dir.join("pm.csv"))
-                    .map(|t| t.lines().count().saturating_sub(1) as u64)
-                    .map_err(|e| e.to_string()),
+                    .map_err(|e| e.to_string())
+                    .and_then(|t| match mix {
+                        RecordMix::AllNew => Ok(t.lines().count().saturating_sub(1) as u64),
+                        RecordMix::Repeated => pmacct_csv_totals(&t)
+                            .map(|(pkts, _)| {
+                                (flows as u128 * pkts as u128 / packets_sent(flows) as u128) as u64
+                            })
+                            .ok_or_else(|| "unreadable CSV".to_string()),
+                    }),
             };
             let r = match (run.0, stored) {
                 (Ok(Ok(m)), Ok(n)) => Ok((n, m.cpu_s(), m.max_rss_bytes)),
@@ -1372,12 +1428,16 @@ fn collect(b: &mut Bench) {
     let mut out = String::new();
     let _ = writeln!(
         out,
-        "## 5. Flow collection: NetFlow v9 and IPFIX decoding\n\n{} flow records (each a \
-         different flow, 25–30 per datagram, made by sonde's encoder) sent over UDP on 127.0.0.1 \
+        "## 5. Flow collection: NetFlow v9 and IPFIX decoding\n\n{} flow records (25–30 per \
+         datagram, made by sonde's encoder; either every record a different flow from a \
+         different client, or each flow in 10 records among 20k clients and 500 servers, as \
+         active-timeout exports of long flows give) sent over UDP on 127.0.0.1 \
          at {} datagrams per ms to each collector in turn: `sonde --collect udp://… --dpi off \
          --max-flows 4M --max-hosts 4M` (records decoded into its flow and host tables), nfcapd (writing nfdump files) and \
          nfacctd (pmacct, print plugin keyed by 5-tuple). \"records stored\": what the collector \
-         kept (sonde's decoded count, `nfdump` rows, pmacct's printed rows). CPU seconds include \
+         kept (sonde's decoded count, `nfdump` rows, pmacct's printed rows; with repeated flows, \
+         whose records pmacct adds into one row per flow, its packets over the packets sent, \
+         in records). CPU seconds include \
          the idle second or so each waits before and after; records per CPU-second is stored \
          records over CPU time (with the CPU of processes a collector leaves behind, such as \
          pmacct's plugins, which get 15 s to write their cache). \"sonde, in process\": the same \

@@ -254,7 +254,12 @@ fn decode_into(
     }
 }
 
-/// Receives NetFlow/IPFIX/sFlow datagrams on a bound UDP socket until `stop`.
+/// Datagrams taken from the socket by one `recvmmsg` call.
+const RECV_BATCH: usize = 32;
+
+/// Receives NetFlow/IPFIX/sFlow datagrams on a bound UDP socket until `stop`. Up to
+/// [`RECV_BATCH`] datagrams per system call (`recvmmsg`, waiting for the first only): at a
+/// million records a second the per-datagram `recvfrom` was a third of the collector's CPU.
 pub(crate) fn run_udp(
     socket: std::net::UdpSocket,
     mut out: Dispatcher,
@@ -262,24 +267,27 @@ pub(crate) fn run_udp(
     counters: Arc<CollectorCounters>,
 ) -> ExporterReport {
     let mut collector = Collector::new(Config::default());
-    let mut buf = vec![0u8; 65536];
+    let mut rx = BatchReceiver::new();
     let mut scratch = (Vec::new(), Vec::new());
     let mut unflushed = 0;
     while !stop.load(Ordering::Relaxed) {
-        match socket.recv_from(&mut buf) {
-            Ok((n, from)) => {
-                decode_into(
-                    &mut collector,
-                    from,
-                    &buf[..n],
-                    &mut out,
-                    &counters,
-                    &mut scratch,
-                );
-                // Hand records over every few datagrams (or when the socket goes quiet), not
-                // after each one: fewer wake-ups of the shards under load.
-                unflushed += 1;
-                if unflushed == 16 {
+        match rx.recv(&socket) {
+            Ok(n) => {
+                for k in 0..n {
+                    let (data, from) = rx.datagram(k);
+                    decode_into(
+                        &mut collector,
+                        from,
+                        data,
+                        &mut out,
+                        &counters,
+                        &mut scratch,
+                    );
+                }
+                // Hand records over every few dozen datagrams (or when the socket goes
+                // quiet), not after each one: fewer wake-ups of the shards under load.
+                unflushed += n;
+                if unflushed >= RECV_BATCH {
                     out.flush();
                     unflushed = 0;
                 }
@@ -287,7 +295,9 @@ pub(crate) fn run_udp(
             Err(e)
                 if matches!(
                     e.kind(),
-                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
+                    std::io::ErrorKind::WouldBlock
+                        | std::io::ErrorKind::TimedOut
+                        | std::io::ErrorKind::Interrupted
                 ) =>
             {
                 out.flush();
@@ -298,6 +308,99 @@ pub(crate) fn run_udp(
     }
     out.flush();
     report(&collector)
+}
+
+/// Buffers for `recvmmsg`: one 64 KiB buffer (the largest UDP payload) per datagram.
+struct BatchReceiver {
+    bufs: Vec<Vec<u8>>,
+    addrs: Vec<libc::sockaddr_storage>,
+    iovs: Vec<libc::iovec>,
+    msgs: Vec<libc::mmsghdr>,
+}
+
+impl BatchReceiver {
+    fn new() -> BatchReceiver {
+        let mut bufs: Vec<Vec<u8>> = (0..RECV_BATCH).map(|_| vec![0u8; 65536]).collect();
+        // SAFETY: sockaddr_storage and mmsghdr are plain C structs for which all-zero is valid.
+        let addrs = vec![unsafe { std::mem::zeroed::<libc::sockaddr_storage>() }; RECV_BATCH];
+        let iovs = bufs
+            .iter_mut()
+            .map(|b| libc::iovec {
+                iov_base: b.as_mut_ptr().cast(),
+                iov_len: b.len(),
+            })
+            .collect();
+        let msgs = vec![unsafe { std::mem::zeroed::<libc::mmsghdr>() }; RECV_BATCH];
+        BatchReceiver {
+            bufs,
+            addrs,
+            iovs,
+            msgs,
+        }
+    }
+
+    /// Waits for one datagram (up to the socket's read timeout), then takes whatever else is
+    /// already queued, up to [`RECV_BATCH`]; returns how many.
+    fn recv(&mut self, socket: &std::net::UdpSocket) -> std::io::Result<usize> {
+        use std::os::fd::AsRawFd;
+        for k in 0..RECV_BATCH {
+            let h = &mut self.msgs[k].msg_hdr;
+            h.msg_name = (&mut self.addrs[k] as *mut libc::sockaddr_storage).cast();
+            h.msg_namelen = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+            h.msg_iov = &mut self.iovs[k];
+            h.msg_iovlen = 1;
+            h.msg_control = std::ptr::null_mut();
+            h.msg_controllen = 0;
+            h.msg_flags = 0;
+            self.msgs[k].msg_len = 0;
+        }
+        // SAFETY: every mmsghdr points at a live buffer, iovec and address of `self`, sized
+        // as declared; the kernel writes at most that much into each.
+        let n = unsafe {
+            libc::recvmmsg(
+                socket.as_raw_fd(),
+                self.msgs.as_mut_ptr(),
+                RECV_BATCH as libc::c_uint,
+                libc::MSG_WAITFORONE,
+                std::ptr::null_mut(),
+            )
+        };
+        if n < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        Ok(n as usize)
+    }
+
+    /// Datagram `k` of the last [`BatchReceiver::recv`] and its sender.
+    fn datagram(&self, k: usize) -> (&[u8], std::net::SocketAddr) {
+        let len = (self.msgs[k].msg_len as usize).min(self.bufs[k].len());
+        let from = sockaddr_to_std(&self.addrs[k])
+            .unwrap_or_else(|| std::net::SocketAddr::from(([0, 0, 0, 0], 0)));
+        (&self.bufs[k][..len], from)
+    }
+}
+
+fn sockaddr_to_std(a: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
+    match a.ss_family as libc::c_int {
+        libc::AF_INET => {
+            // SAFETY: the family says the storage holds a sockaddr_in.
+            let v4 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in>() };
+            let ip = std::net::Ipv4Addr::from(u32::from_be(v4.sin_addr.s_addr));
+            Some((ip, u16::from_be(v4.sin_port)).into())
+        }
+        libc::AF_INET6 => {
+            // SAFETY: the family says the storage holds a sockaddr_in6.
+            let v6 = unsafe { &*(a as *const libc::sockaddr_storage).cast::<libc::sockaddr_in6>() };
+            let ip = std::net::Ipv6Addr::from(v6.sin6_addr.s6_addr);
+            Some(std::net::SocketAddr::V6(std::net::SocketAddrV6::new(
+                ip,
+                u16::from_be(v6.sin6_port),
+                v6.sin6_flowinfo,
+                v6.sin6_scope_id,
+            )))
+        }
+        _ => None,
+    }
 }
 
 /// Accepts IPFIX-over-TCP connections until `stop`; one thread per connection, each with its
@@ -443,4 +546,42 @@ pub(crate) fn bind_zmq(endpoint: &str) -> Result<zmq::Socket, String> {
         format!("--collect {endpoint}: cannot listen ({e}); is the port in use or the address not local?")
     })?;
     Ok(s)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Datagrams queued on a socket come back from one call, in order, with their senders,
+    /// over IPv4 and IPv6.
+    #[test]
+    fn batch_receiver_takes_queued_datagrams_with_their_senders() {
+        for local in ["127.0.0.1:0", "[::1]:0"] {
+            let Ok(rx_sock) = std::net::UdpSocket::bind(local) else {
+                continue; // no IPv6 loopback here
+            };
+            rx_sock
+                .set_read_timeout(Some(Duration::from_secs(5)))
+                .unwrap();
+            let tx = std::net::UdpSocket::bind(local).unwrap();
+            let to = rx_sock.local_addr().unwrap();
+            for i in 0..3u8 {
+                tx.send_to(&vec![i; 100 + i as usize], to).unwrap();
+            }
+            let mut rx = BatchReceiver::new();
+            let mut got = Vec::new();
+            while got.len() < 3 {
+                let n = rx.recv(&rx_sock).unwrap();
+                assert!(n >= 1);
+                for k in 0..n {
+                    let (data, from) = rx.datagram(k);
+                    assert_eq!(from, tx.local_addr().unwrap());
+                    got.push(data.to_vec());
+                }
+            }
+            for (i, d) in got.iter().enumerate() {
+                assert_eq!(d, &vec![i as u8; 100 + i]);
+            }
+        }
+    }
 }
