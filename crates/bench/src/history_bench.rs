@@ -66,6 +66,20 @@ fn thread_cpu_s() -> f64 {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
+/// A store in `dir` (emptied first) with no retention limit.
+fn fresh_store(dir: &Path) -> Result<FlowStore, String> {
+    let _ = std::fs::remove_dir_all(dir);
+    FlowStore::open(
+        dir,
+        Retention {
+            max_age_ms: 0,
+            max_bytes: 0,
+            ..Retention::default()
+        },
+    )
+    .map_err(|e| e.to_string())
+}
+
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     v[v.len() / 2]
@@ -74,18 +88,9 @@ fn median(mut v: Vec<f64>) -> f64 {
 pub fn run(quick: bool, scratch: &Path) -> Result<String, String> {
     let flows: u64 = if quick { 2_000_000 } else { 100_000_000 };
     let dir = scratch.join("history-bench");
-    let _ = std::fs::remove_dir_all(&dir);
     let err = |e: sonde_history::store::StoreError| e.to_string();
     // Records are made before timing: only the store's work is measured.
-    let mut store = FlowStore::open(
-        &dir,
-        Retention {
-            max_age_ms: 0,
-            max_bytes: 0,
-            ..Retention::default()
-        },
-    )
-    .map_err(err)?;
+    let mut store = fresh_store(&dir)?;
     let chunk = 1_000_000u64;
     let mut cpu = 0.0;
     let mut wall = 0.0;
@@ -246,17 +251,8 @@ pub fn run_peer(quick: bool, sonde: &Path, scratch: &Path) -> Result<String, Str
     };
     // sonde: the library's append, as section 9's ingest above.
     let dir = scratch.join("history-peer-sonde");
-    let _ = std::fs::remove_dir_all(&dir);
     let err = |e: sonde_history::store::StoreError| e.to_string();
-    let mut store = FlowStore::open(
-        &dir,
-        Retention {
-            max_age_ms: 0,
-            max_bytes: 0,
-            ..Retention::default()
-        },
-    )
-    .map_err(err)?;
+    let mut store = fresh_store(&dir)?;
     let (mut cpu, mut i) = (0.0, 0);
     while i < flows {
         let batch: Vec<FlowRecord> = (i..(i + 1_000_000).min(flows)).map(one_way).collect();
@@ -336,18 +332,7 @@ pub fn run_peer(quick: bool, sonde: &Path, scratch: &Path) -> Result<String, Str
     .map_err(|_| "nfcapd run panicked".to_string())?
     .map_err(|e| e.to_string())?;
     let nf_bytes = dir_bytes(&nf_dir.join("nf"));
-    let nf_count = Command::new(&nfdump)
-        .arg("-R")
-        .arg(nf_dir.join("nf"))
-        .args(["-q", "-o", "csv"])
-        .output()
-        .map(|o| {
-            String::from_utf8_lossy(&o.stdout)
-                .lines()
-                .filter(|l| l.contains(','))
-                .count() as u64
-        })
-        .map_err(|e| e.to_string())?;
+    let nf_count = sonde_bench::nfdump_records(&nf_dir.join("nf"))?;
 
     // The questions, as each tool is asked them.
     let span_s = flows / FLOWS_PER_SECOND;
@@ -356,7 +341,7 @@ pub fn run_peer(quick: bool, sonde: &Path, scratch: &Path) -> Result<String, Str
     let nf_time = |s: u64| {
         // nfdump -t takes local time: the commands run with TZ=UTC.
         let days = (s / 86_400) as i64;
-        let (y, m, d) = civil_from_days(days);
+        let (y, m, d) = sonde_history::filter_text::civil_from_days(days);
         format!(
             "{y:04}/{m:02}/{d:02}.{:02}:{:02}:{:02}",
             s % 86_400 / 3600,
@@ -550,17 +535,4 @@ fn nfdump_version() -> String {
             || "version unknown".into(),
             |o| String::from_utf8_lossy(&o.stdout).into_owned(),
         )
-}
-
-/// (year, month, day) of a day count since 1970-01-01 (Howard Hinnant's algorithm).
-fn civil_from_days(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + i64::from(m <= 2), m, d)
 }

@@ -258,6 +258,22 @@ pub fn find_number(text: &str, label: &str) -> Option<u64> {
     })
 }
 
+/// The records in the nfdump files of `dir` (`nfdump -R DIR -q -o csv`, one line each).
+pub fn nfdump_records(dir: &Path) -> Result<u64, String> {
+    std::process::Command::new("nfdump")
+        .arg("-R")
+        .arg(dir)
+        .args(["-q", "-o", "csv"])
+        .output()
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .filter(|l| l.contains(','))
+                .count() as u64
+        })
+        .map_err(|e| format!("nfdump: {e}"))
+}
+
 /// Sums the `PACKETS` column of pmacct's CSV output; returns (packets, rows).
 pub fn pmacct_csv_totals(csv: &str) -> Option<(u64, u64)> {
     let mut lines = csv.lines();

@@ -1347,18 +1347,7 @@ fn collect(b: &mut Bench) {
                     .and_then(|b| serde_json::from_slice::<Value>(&b).ok())
                     .and_then(|v| v.pointer("/collected/records")?.as_u64())
                     .ok_or_else(|| "no summary".to_string()),
-                "nfcapd" => Command::new("nfdump")
-                    .arg("-R")
-                    .arg(dir.join("nf"))
-                    .args(["-q", "-o", "csv"])
-                    .output()
-                    .map(|o| {
-                        String::from_utf8_lossy(&o.stdout)
-                            .lines()
-                            .filter(|l| l.contains(','))
-                            .count() as u64
-                    })
-                    .map_err(|e| e.to_string()),
+                "nfcapd" => sonde_bench::nfdump_records(&dir.join("nf")),
                 // Rows are 5-tuples: with repeated flows, the records are counted by packets.
                 _ => std::fs::read_to_string(dir.join("pm.csv"))
                     .map_err(|e| e.to_string())

@@ -179,6 +179,19 @@ fn days_from_civil(y: i64, m: u32, d: u32) -> i64 {
     era * 146_097 + doe - 719_468
 }
 
+/// (year, month, day) of a day count since 1970-01-01: the inverse of `days_from_civil`.
+pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
+    let z = days + 719_468;
+    let era = z.div_euclid(146_097);
+    let doe = z - era * 146_097;
+    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
+    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
+    let mp = (5 * doy + 2) / 153;
+    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
+    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
+    (yoe + era * 400 + i64::from(m <= 2), m, d)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -198,6 +211,10 @@ mod tests {
         );
         assert_eq!(parse_time("-2h", now).unwrap(), now - 7_200_000);
         assert_eq!(parse_time("-90s", now).unwrap(), now - 90_000);
+        for days in [0, 11_016, 19_675, 20_415, -1] {
+            let (y, m, d) = civil_from_days(days);
+            assert_eq!(days_from_civil(y, m, d), days);
+        }
         for bad in ["yesterday", "2023-13-01", "-5y", "2023-11-14T25:00", ""] {
             assert!(parse_time(bad, now).is_err(), "{bad}");
         }

@@ -3,7 +3,7 @@
 use anyhow::{bail, Result};
 use clap::{Parser, Subcommand, ValueEnum};
 use sonde_export::{format_addr, push_json_str, FlowWriter, Format};
-use sonde_history::filter_text::{parse_time, FilterText};
+use sonde_history::filter_text::{civil_from_days, parse_time, FilterText};
 use sonde_history::query::{self, Metric, Totals};
 use sonde_history::store::{Filter, FlowReader};
 use std::io::Write;
@@ -337,18 +337,8 @@ fn filter_of(c: &Common, now_ms: u64) -> Result<Filter> {
 
 /// `2026-11-23T08:00:00.123Z`.
 fn format_time(ms: u64) -> String {
-    let days = (ms / 86_400_000) as i64;
+    let (y, m, d) = civil_from_days((ms / 86_400_000) as i64);
     let rem = ms % 86_400_000;
-    // Inverse of days_from_civil.
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z - era * 146_097;
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = doy - (153 * mp + 2) / 5 + 1;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 };
-    let y = yoe + era * 400 + i64::from(m <= 2);
     format!(
         "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}.{:03}Z",
         rem / 3_600_000,
