@@ -1,12 +1,14 @@
 // A hostile capture: names off the wire carrying <script>, an <img onerror>, quotes and control
-// characters. The console shows them as text in the flows table and on the host page; nothing
-// runs (window.__pwned stays undefined, no dialog) and no element comes from them.
+// characters. The console shows them as text in the flows table, on the host page and on the
+// History page (from the data directory); nothing runs (window.__pwned stays undefined, no
+// dialog) and no element comes from them.
 
 import assert from 'node:assert/strict';
+import { spawnSync } from 'node:child_process';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { CLIENT, DNS_LABELS, HTTP_HOST, HTTP_URL, IMG, RESOLVED, SCRIPT, SNI, USER_AGENT, writeHostilePcap } from './hostile-pcap.js';
-import { login, pageFetch, screenshot, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
+import { login, pageFetch, screenshot, SONDE, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
 
 /** What sonde keeps of a wire string: control characters become U+FFFD. */
 const kept = (s) => s.replace(/[\x00-\x1f\x7f]/g, '\uFFFD');
@@ -17,7 +19,11 @@ before(async () => {
   tmp = tmpdir();
   const capture = path.join(tmp.dir, 'hostile.pcap');
   writeHostilePcap(capture);
-  sonde = await startSonde({ capture, usersFile: path.join(tmp.dir, 'users') });
+  // A first run stores the capture's flows in the history, which the History page shows.
+  const data = path.join(tmp.dir, 'data');
+  const r = spawnSync(SONDE, ['-r', capture, '--data-dir', data, '-q'], { encoding: 'utf8' });
+  if (r.status !== 0) throw new Error(`sonde -r ${capture} --data-dir: ${r.stderr}`);
+  sonde = await startSonde({ capture, usersFile: path.join(tmp.dir, 'users'), args: ['--data-dir', data] });
   b = await startBrowser();
   b.page.on('dialog', (d) => {
     dialogs.push(d.message());
@@ -111,5 +117,16 @@ test('wire strings are shown as text, never run', { timeout: 120_000 }, async ()
   assert.ok(cells.length > 0);
   await screenshot(page, 'hostile-hosts');
   await assertClean(page, 'hosts with a DNS name');
+  // The History page shows the stored flows' strings the same way.
+  await page.goto(`${sonde.url}/#/history?range=all&host=${CLIENT}`);
+  const stored = await waitFor(async () => {
+    const t = await page.locator('#history-flows tbody .info .v').allTextContents();
+    return t.length >= 5 ? t : null;
+  }, { what: 'info cells on the History page' });
+  for (const s of [SNI, HTTP_HOST, HTTP_URL, USER_AGENT, DNS_LABELS.join('.')]) {
+    assert.ok(stored.includes(kept(s)), `${JSON.stringify(s)} shown as text in the history: ${JSON.stringify(stored)}`);
+  }
+  await screenshot(page, 'hostile-history');
+  await assertClean(page, 'history');
   assert.deepEqual(problems, [], 'no script errors or CSP violations');
 });

@@ -26,6 +26,17 @@ def _flow_key(r: dict):
     return json.dumps(r, sort_keys=True)
 
 
+def _bytes_per_host(flows) -> collections.Counter:
+    """Each address's bytes over the flows it took part in (either end), from flow records."""
+    per_host = collections.Counter()
+    for r in flows:
+        total = int(r["IN_BYTES"]) + int(r["OUT_BYTES"])
+        for k in ("IPV4_SRC_ADDR", "IPV4_DST_ADDR", "IPV6_SRC_ADDR", "IPV6_DST_ADDR"):
+            if k in r:
+                per_host[r[k]] += total
+    return per_host
+
+
 @pytest.mark.parametrize("name", CAPTURES)
 def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
     pcap = corpus / name
@@ -42,12 +53,7 @@ def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
     got = _jsonl(q.stdout)
     assert sorted(map(_flow_key, got)) == sorted(map(_flow_key, want))
     # Top hosts: sums over the flows each host took part in, as the flows file says.
-    per_host = collections.Counter()
-    for r in want:
-        total = int(r["IN_BYTES"]) + int(r["OUT_BYTES"])
-        for k in ("IPV4_SRC_ADDR", "IPV4_DST_ADDR", "IPV6_SRC_ADDR", "IPV6_DST_ADDR"):
-            if k in r:
-                per_host[r[k]] += total
+    per_host = _bytes_per_host(want)
     q = sonde("query", "--data-dir", data, "hosts", "--limit", "5", "--format", "jsonl")
     assert q.returncode == 0, q.stderr
     top = _jsonl(q.stdout)
@@ -359,11 +365,7 @@ def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
         assert port53 and sorted(map(_flow_key, page["flows"])) == sorted(map(_flow_key, port53))
         assert get("/api/v1/history/flows?from=2099-01-01")[1]["flows"] == []
         # Top hosts: the per-host sums of the flows file.
-        per_host = collections.Counter()
-        for r in want:
-            for k in ("IPV4_SRC_ADDR", "IPV4_DST_ADDR", "IPV6_SRC_ADDR", "IPV6_DST_ADDR"):
-                if k in r:
-                    per_host[r[k]] += int(r["IN_BYTES"]) + int(r["OUT_BYTES"])
+        per_host = _bytes_per_host(want)
         status, top = get("/api/v1/history/top/hosts?limit=5")
         assert status == 200, top
         assert [h["bytes"] for h in top["rows"]] == sorted(per_host.values(), reverse=True)[:5]

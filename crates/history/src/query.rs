@@ -164,6 +164,16 @@ pub fn top_hosts(
     Ok((ranked(all, by, limit), stats))
 }
 
+/// An application's label as sonde shows it everywhere (`TLS.Google`, `DNS`).
+pub fn app_name((proto, app): AppId) -> String {
+    sonde_dpi::L7 {
+        proto: sonde_dpi::Proto(proto),
+        app: sonde_dpi::Proto(app),
+        ..sonde_dpi::L7::default()
+    }
+    .name()
+}
+
 /// Applications by traffic, largest first.
 pub fn top_apps(
     reader: &FlowReader,

@@ -158,14 +158,7 @@ pub(crate) async fn top(
                 .map_err(|e| e.to_string())?;
             top.iter()
                 .skip(offset)
-                .map(|((p, a), t)| {
-                    let l7 = sonde_dpi::L7 {
-                        proto: sonde_dpi::Proto(*p),
-                        app: sonde_dpi::Proto(*a),
-                        ..sonde_dpi::L7::default()
-                    };
-                    row(l7.name(), t)
-                })
+                .map(|(app, t)| row(query::app_name(*app), t))
                 .collect()
         };
         Ok(rows)
@@ -211,7 +204,7 @@ pub(crate) async fn series(
                 .ok_or_else(|| bad(format!("resolution={name:?}: use 1s, 1m, 1h, 1d or auto")))?,
         ),
     };
-    let result = tokio::task::spawn_blocking(move || -> Result<Value, String> {
+    let result = blocking(move || {
         let mut r = SeriesReader::open(&dir).map_err(|e| e.to_string())?;
         let newest = r.committed().map_err(|e| e.to_string())?.unwrap_or(0);
         let to = to.unwrap_or(newest + 1);
@@ -244,8 +237,6 @@ pub(crate) async fn series(
             "points": pts,
         }))
     })
-    .await
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
-    .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    .await?;
     Ok(Json(result).into_response())
 }

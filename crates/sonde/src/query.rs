@@ -193,14 +193,10 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 r.common.offset + r.common.limit,
             )
             .map_err(anyhow::Error::msg)?;
-            let rows = top.into_iter().skip(r.common.offset).map(|((p, a), t)| {
-                let l7 = sonde_dpi::L7 {
-                    proto: sonde_dpi::Proto(p),
-                    app: sonde_dpi::Proto(a),
-                    ..sonde_dpi::L7::default()
-                };
-                ((l7.name(), 0), t)
-            });
+            let rows = top
+                .into_iter()
+                .skip(r.common.offset)
+                .map(|(app, t)| ((query::app_name(app), 0), t));
             ranked_out(&mut out, r.common.format, "APPLICATION", rows.collect())?;
         }
         What::Series(_) => unreachable!("handled above"),
