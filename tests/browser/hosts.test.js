@@ -43,7 +43,8 @@ test('a host from the hosts table shows its counters', { timeout: 150_000 }, asy
   await page.locator('tbody a.ip', { hasText: new RegExp(`^${ip.replaceAll('.', '\\.')}$`) }).first().click();
 
   await waitFor(() => page.evaluate((ip) => location.hash === `#/host/${ip}`, ip), { what: `the URL of ${ip}` });
-  assert.equal(await page.locator('h1').textContent(), `Host ${ip}`);
+  // The view follows the URL on the hashchange event, a task after the URL changes.
+  await waitFor(async () => (await page.locator('h1').textContent()) === `Host ${ip}`, { what: `the heading of ${ip}` });
   await page.locator('dd[data-counter="sent_packets"]').waitFor();
   const shown = await counters(page);
   await screenshot(page, 'host');
