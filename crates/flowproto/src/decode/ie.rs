@@ -87,21 +87,54 @@ fn ntp_ms(v: &[u8]) -> Option<u64> {
     Some(secs.saturating_sub(NTP_UNIX_OFFSET) * 1000 + ((frac * 1000) >> 32))
 }
 
-/// The elements of one data or options record that matter, gathered field by field.
-#[derive(Default)]
+/// Integer elements of a record, kept in [`Acc`] by this index while the record is read.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[repr(u8)]
+enum Int {
+    BytesDelta,
+    BytesTotal,
+    PktsDelta,
+    PktsTotal,
+    RevBytesDelta,
+    RevBytesTotal,
+    RevPktsDelta,
+    RevPktsTotal,
+    IpVersion,
+    /// Uptime-relative first/last switched (21/22), milliseconds.
+    UptimeFirst,
+    UptimeLast,
+    StartMs,
+    EndMs,
+    StartDeltaUs,
+    EndDeltaUs,
+    SystemInitMs,
+    // Sampling announcements (options or data records).
+    SamplingInterval,
+    RandomInterval,
+    PacketInterval,
+    PacketSpace,
+    SamplingSize,
+    SamplingPopulation,
+    SamplerId,
+    IfIndex,
+}
+const INTS: usize = Int::IfIndex as usize + 1;
+
+/// The elements of one data or options record that matter, gathered field by field; the flow
+/// itself is written in place (see [`Acc::apply`]). Made once per data set and reset per
+/// record: resetting is clearing a bit set, not rewriting every optional value.
 pub(super) struct Acc {
-    pub flow: CollectedFlow,
-    bytes_delta: Option<u64>,
-    bytes_total: Option<u64>,
-    pkts_delta: Option<u64>,
-    pkts_total: Option<u64>,
-    rev_bytes_delta: Option<u64>,
-    rev_bytes_total: Option<u64>,
-    rev_pkts_delta: Option<u64>,
-    rev_pkts_total: Option<u64>,
+    /// Integer elements by [`Int`], valid where `has` has their bit.
+    ints: [u64; INTS],
+    has: u32,
+    more: More,
+}
+
+/// The other elements that only settle the flow at the end of the record.
+#[derive(Default)]
+struct More {
     v4: Option<([u8; 4], [u8; 4])>,
     v6: Option<([u8; 16], [u8; 16])>,
-    ip_version: Option<u8>,
     ports_alt: Option<(u16, u16)>,
     in_phys: u32,
     out_phys: u32,
@@ -109,24 +142,7 @@ pub(super) struct Acc {
     customer_vlan: u16,
     post_src_mac: Option<[u8; 6]>,
     post_dst_mac: Option<[u8; 6]>,
-    /// Uptime-relative first/last switched (21/22), milliseconds.
-    uptime_first: Option<u32>,
-    uptime_last: Option<u32>,
-    start_ms: Option<u64>,
-    end_ms: Option<u64>,
-    start_delta_us: Option<u64>,
-    end_delta_us: Option<u64>,
-    pub system_init_ms: Option<u64>,
-    // Sampling announcements (options or data records).
-    sampling_interval: Option<u64>,
-    random_interval: Option<u64>,
-    packet_interval: Option<u64>,
-    packet_space: Option<u64>,
-    sampling_size: Option<u64>,
-    sampling_population: Option<u64>,
-    pub sampler_id: Option<u64>,
-    pub if_index: Option<u32>,
-    pub if_name: Option<String>,
+    if_name: Option<String>,
 }
 
 fn mac(v: &[u8]) -> Option<[u8; 6]> {
@@ -142,375 +158,427 @@ fn addr16(v: &[u8]) -> Option<[u8; 16]> {
 }
 
 fn text(v: &[u8]) -> String {
+    if v.is_empty() {
+        return String::new();
+    }
     let end = v.iter().position(|&b| b == 0).unwrap_or(v.len());
     String::from_utf8_lossy(&v[..end]).into_owned()
 }
 
+/// What one field of a record means, worked out once per template field (from its enterprise
+/// number, id and length) so that each record's field costs one jump in [`Acc::apply`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Kind {
+    /// A NetFlow v9 options scope other than the interface: nothing to keep.
+    Ignore,
+    /// An element sonde does not interpret: kept by number when not all zero.
+    Extra,
+    ScopeInterface,
+    RevBytesDelta,
+    RevPktsDelta,
+    RevBytesTotal,
+    RevPktsTotal,
+    BytesDelta,
+    PktsDelta,
+    BytesTotal,
+    PktsTotal,
+    Proto,
+    Tos,
+    TcpFlags,
+    SrcPort,
+    DstPort,
+    AltSrcPort,
+    AltDstPort,
+    SrcV4,
+    DstV4,
+    SrcV6,
+    DstV6,
+    IpVersion,
+    InIf,
+    OutIf,
+    InPhysIf,
+    OutPhysIf,
+    LastSwitched,
+    FirstSwitched,
+    StartSeconds,
+    EndSeconds,
+    StartMs,
+    EndMs,
+    StartNtp,
+    EndNtp,
+    StartDeltaUs,
+    EndDeltaUs,
+    SystemInitMs,
+    SrcMac,
+    DstMac,
+    PostSrcMac,
+    PostDstMac,
+    Vlan,
+    CustomerVlan,
+    PostVlan,
+    AppId,
+    AppName,
+    SamplingInterval,
+    RandomInterval,
+    PacketInterval,
+    PacketSpace,
+    SamplingSize,
+    SamplingPopulation,
+    SamplerId,
+    InterfaceName,
+}
+
+impl Kind {
+    /// The meaning of element `id` of enterprise `pen` with a value of `len` bytes. `v9`:
+    /// NetFlow v9 meanings for 23/24 (OUT_BYTES/OUT_PKTS). Integers take 1 to 8 bytes
+    /// (reduced-size encoding); a value of another length is kept as an uninterpreted element.
+    pub fn of(pen: u32, id: u16, len: usize, v9: bool) -> Kind {
+        let int = (1..=8).contains(&len);
+        if pen == PEN_V9_SCOPE {
+            return if id == V9_SCOPE_INTERFACE {
+                Kind::ScopeInterface
+            } else {
+                Kind::Ignore
+            };
+        }
+        if pen == PEN_REVERSE {
+            return match id {
+                OCTET_DELTA if int => Kind::RevBytesDelta,
+                PACKET_DELTA if int => Kind::RevPktsDelta,
+                OCTET_TOTAL if int => Kind::RevBytesTotal,
+                PACKET_TOTAL if int => Kind::RevPktsTotal,
+                _ => Kind::Extra,
+            };
+        }
+        if pen != 0 {
+            return Kind::Extra;
+        }
+        match id {
+            OCTET_DELTA if int => Kind::BytesDelta,
+            PACKET_DELTA if int => Kind::PktsDelta,
+            OCTET_TOTAL if int => Kind::BytesTotal,
+            PACKET_TOTAL if int => Kind::PktsTotal,
+            POST_OCTET_DELTA if int && v9 => Kind::RevBytesDelta,
+            POST_PACKET_DELTA if int && v9 => Kind::RevPktsDelta,
+            PROTOCOL if int => Kind::Proto,
+            TOS if int => Kind::Tos,
+            TCP_FLAGS if int => Kind::TcpFlags,
+            SRC_PORT if int => Kind::SrcPort,
+            DST_PORT if int => Kind::DstPort,
+            UDP_SRC_PORT | TCP_SRC_PORT if int => Kind::AltSrcPort,
+            UDP_DST_PORT | TCP_DST_PORT if int => Kind::AltDstPort,
+            SRC_V4 if len == 4 => Kind::SrcV4,
+            DST_V4 if len == 4 => Kind::DstV4,
+            SRC_V6 if len == 16 => Kind::SrcV6,
+            DST_V6 if len == 16 => Kind::DstV6,
+            IP_VERSION if int => Kind::IpVersion,
+            INGRESS_IF if int => Kind::InIf,
+            EGRESS_IF if int => Kind::OutIf,
+            INGRESS_PHYS_IF if int => Kind::InPhysIf,
+            EGRESS_PHYS_IF if int => Kind::OutPhysIf,
+            LAST_SWITCHED if int => Kind::LastSwitched,
+            FIRST_SWITCHED if int => Kind::FirstSwitched,
+            FLOW_START_SECONDS if int => Kind::StartSeconds,
+            FLOW_END_SECONDS if int => Kind::EndSeconds,
+            FLOW_START_MS if int => Kind::StartMs,
+            FLOW_END_MS if int => Kind::EndMs,
+            FLOW_START_US | FLOW_START_NS if len == 8 => Kind::StartNtp,
+            FLOW_END_US | FLOW_END_NS if len == 8 => Kind::EndNtp,
+            FLOW_START_DELTA_US if int => Kind::StartDeltaUs,
+            FLOW_END_DELTA_US if int => Kind::EndDeltaUs,
+            SYSTEM_INIT_MS if int => Kind::SystemInitMs,
+            SRC_MAC if len == 6 => Kind::SrcMac,
+            DST_MAC if len == 6 => Kind::DstMac,
+            POST_SRC_MAC if len == 6 => Kind::PostSrcMac,
+            POST_DST_MAC if len == 6 => Kind::PostDstMac,
+            VLAN | DOT1Q_VLAN if int => Kind::Vlan,
+            DOT1Q_CUSTOMER_VLAN if int => Kind::CustomerVlan,
+            POST_VLAN if int => Kind::PostVlan,
+            APPLICATION_ID if len > 0 => Kind::AppId,
+            APPLICATION_NAME => Kind::AppName,
+            SAMPLING_INTERVAL if int => Kind::SamplingInterval,
+            SAMPLER_RANDOM_INTERVAL if int => Kind::RandomInterval,
+            SAMPLING_PACKET_INTERVAL if int => Kind::PacketInterval,
+            SAMPLING_PACKET_SPACE if int => Kind::PacketSpace,
+            SAMPLING_SIZE if int => Kind::SamplingSize,
+            SAMPLING_POPULATION if int => Kind::SamplingPopulation,
+            SAMPLER_ID | SELECTOR_ID if int => Kind::SamplerId,
+            INTERFACE_NAME => Kind::InterfaceName,
+            _ => Kind::Extra,
+        }
+    }
+}
+
+/// A big-endian unsigned integer of 1 to 8 bytes (the common sizes read in one load).
+#[inline(always)]
+fn be_uint(v: &[u8]) -> u64 {
+    match v.len() {
+        1 => v[0] as u64,
+        2 => u16::from_be_bytes([v[0], v[1]]) as u64,
+        4 => u32::from_be_bytes([v[0], v[1], v[2], v[3]]) as u64,
+        8 => u64::from_be_bytes([v[0], v[1], v[2], v[3], v[4], v[5], v[6], v[7]]),
+        _ => v.iter().fold(0u64, |a, &b| a << 8 | b as u64),
+    }
+}
+
+/// Keeps an element sonde does not interpret, to be shown by number; all-zero values (an ICMP
+/// type of a TCP flow, an unset application id) say nothing and are not kept.
+#[inline(always)]
+fn keep_extra(f: &mut CollectedFlow, pen: u32, id: u16, v: &[u8]) {
+    if v.iter().any(|&b| b != 0) {
+        f.extra.push((pen, id, v.to_vec()));
+    }
+}
+
 impl Acc {
-    /// Keeps an element sonde does not interpret, to be shown by number; all-zero values (an
-    /// ICMP type of a TCP flow, an unset application id) say nothing and are not kept.
-    fn keep_extra(&mut self, pen: u32, id: u16, v: &[u8]) {
-        if v.iter().any(|&b| b != 0) {
-            self.flow.extra.push((pen, id, v.to_vec()));
+    pub fn new() -> Acc {
+        Acc {
+            ints: [0; INTS],
+            has: 0,
+            more: More::default(),
         }
     }
 
-    /// One field of the record. `v9`: NetFlow v9 meanings for 23/24 (OUT_BYTES/OUT_PKTS).
-    pub fn field(&mut self, pen: u32, id: u16, v: &[u8], v9: bool) {
-        if pen == PEN_V9_SCOPE {
-            if id == V9_SCOPE_INTERFACE {
-                self.if_index = uint(v).map(|x| x as u32);
-            }
-            return;
+    /// Forgets the last record.
+    #[inline(always)]
+    pub fn reset(&mut self) {
+        self.has = 0;
+        self.more = More::default();
+    }
+
+    #[inline(always)]
+    fn get(&self, i: Int) -> Option<u64> {
+        (self.has & 1 << i as u32 != 0).then(|| self.ints[i as usize])
+    }
+
+    #[inline(always)]
+    fn set(&mut self, i: Int, x: u64) {
+        self.ints[i as usize] = x;
+        self.has |= 1 << i as u32;
+    }
+
+    fn set_opt(&mut self, i: Int, x: Option<u64>) {
+        match x {
+            Some(x) => self.set(i, x),
+            None => self.has &= !(1 << i as u32),
         }
-        if pen == PEN_REVERSE {
-            let u = uint(v);
-            match id {
-                OCTET_DELTA if u.is_some() => self.rev_bytes_delta = u,
-                PACKET_DELTA if u.is_some() => self.rev_pkts_delta = u,
-                OCTET_TOTAL if u.is_some() => self.rev_bytes_total = u,
-                PACKET_TOTAL if u.is_some() => self.rev_pkts_total = u,
-                _ => self.keep_extra(pen, id, v),
+    }
+
+    pub fn sampler_id(&self) -> Option<u64> {
+        self.get(Int::SamplerId)
+    }
+
+    pub fn if_index(&self) -> Option<u32> {
+        self.get(Int::IfIndex).map(|x| x as u32)
+    }
+
+    pub fn system_init_ms(&self) -> Option<u64> {
+        self.get(Int::SystemInitMs)
+    }
+
+    pub fn take_if_name(&mut self) -> Option<String> {
+        self.more.if_name.take()
+    }
+
+    /// One field of the record whose meaning `kind` was worked out by [`Kind::of`] for its
+    /// enterprise number, id and this value's length; the flow's own fields go into `f`.
+    #[inline(always)]
+    pub fn apply(&mut self, f: &mut CollectedFlow, kind: Kind, pen: u32, id: u16, v: &[u8]) {
+        // Kinds read as integers are only given to values of 1 to 8 bytes (Kind::of).
+        let u = || be_uint(v);
+        let more = &mut self.more;
+        match kind {
+            Kind::Ignore => {}
+            Kind::Extra => keep_extra(f, pen, id, v),
+            Kind::ScopeInterface => self.set_opt(Int::IfIndex, uint(v).map(|x| x as u32 as u64)),
+            Kind::RevBytesDelta => self.set(Int::RevBytesDelta, u()),
+            Kind::RevPktsDelta => self.set(Int::RevPktsDelta, u()),
+            Kind::RevBytesTotal => self.set(Int::RevBytesTotal, u()),
+            Kind::RevPktsTotal => self.set(Int::RevPktsTotal, u()),
+            Kind::BytesDelta => self.set(Int::BytesDelta, u()),
+            Kind::PktsDelta => self.set(Int::PktsDelta, u()),
+            Kind::BytesTotal => self.set(Int::BytesTotal, u()),
+            Kind::PktsTotal => self.set(Int::PktsTotal, u()),
+            Kind::Proto => f.proto = u() as u8,
+            Kind::Tos => f.tos = u() as u8,
+            Kind::TcpFlags => f.tcp_flags = u() as u8,
+            Kind::SrcPort => f.sport = u() as u16,
+            Kind::DstPort => f.dport = u() as u16,
+            Kind::AltSrcPort => more.ports_alt.get_or_insert((0, 0)).0 = u() as u16,
+            Kind::AltDstPort => more.ports_alt.get_or_insert((0, 0)).1 = u() as u16,
+            Kind::SrcV4 => more.v4.get_or_insert(([0; 4], [0; 4])).0 = addr4(v).unwrap_or_default(),
+            Kind::DstV4 => more.v4.get_or_insert(([0; 4], [0; 4])).1 = addr4(v).unwrap_or_default(),
+            Kind::SrcV6 => {
+                more.v6.get_or_insert(([0; 16], [0; 16])).0 = addr16(v).unwrap_or_default()
             }
-            return;
-        }
-        if pen != 0 {
-            self.keep_extra(pen, id, v);
-            return;
-        }
-        let u = uint(v);
-        let f = &mut self.flow;
-        let handled = match (id, u) {
-            (OCTET_DELTA, Some(x)) => {
-                self.bytes_delta = Some(x);
-                true
+            Kind::DstV6 => {
+                more.v6.get_or_insert(([0; 16], [0; 16])).1 = addr16(v).unwrap_or_default()
             }
-            (PACKET_DELTA, Some(x)) => {
-                self.pkts_delta = Some(x);
-                true
+            Kind::IpVersion => self.set(Int::IpVersion, u() as u8 as u64),
+            Kind::InIf => {
+                f.in_if = u() as u32;
+                self.set(Int::IfIndex, f.in_if as u64);
             }
-            (OCTET_TOTAL, Some(x)) => {
-                self.bytes_total = Some(x);
-                true
-            }
-            (PACKET_TOTAL, Some(x)) => {
-                self.pkts_total = Some(x);
-                true
-            }
-            (POST_OCTET_DELTA, Some(x)) if v9 => {
-                self.rev_bytes_delta = Some(x);
-                true
-            }
-            (POST_PACKET_DELTA, Some(x)) if v9 => {
-                self.rev_pkts_delta = Some(x);
-                true
-            }
-            (PROTOCOL, Some(x)) => {
-                f.proto = x as u8;
-                true
-            }
-            (TOS, Some(x)) => {
-                f.tos = x as u8;
-                true
-            }
-            (TCP_FLAGS, Some(x)) => {
-                f.tcp_flags = x as u8;
-                true
-            }
-            (SRC_PORT, Some(x)) => {
-                f.sport = x as u16;
-                true
-            }
-            (DST_PORT, Some(x)) => {
-                f.dport = x as u16;
-                true
-            }
-            (UDP_SRC_PORT | TCP_SRC_PORT, Some(x)) => {
-                let p = self.ports_alt.get_or_insert((0, 0));
-                p.0 = x as u16;
-                true
-            }
-            (UDP_DST_PORT | TCP_DST_PORT, Some(x)) => {
-                let p = self.ports_alt.get_or_insert((0, 0));
-                p.1 = x as u16;
-                true
-            }
-            (SRC_V4, _) if v.len() == 4 => {
-                let a = self.v4.get_or_insert(([0; 4], [0; 4]));
-                a.0 = addr4(v).unwrap_or_default();
-                true
-            }
-            (DST_V4, _) if v.len() == 4 => {
-                let a = self.v4.get_or_insert(([0; 4], [0; 4]));
-                a.1 = addr4(v).unwrap_or_default();
-                true
-            }
-            (SRC_V6, _) if v.len() == 16 => {
-                let a = self.v6.get_or_insert(([0; 16], [0; 16]));
-                a.0 = addr16(v).unwrap_or_default();
-                true
-            }
-            (DST_V6, _) if v.len() == 16 => {
-                let a = self.v6.get_or_insert(([0; 16], [0; 16]));
-                a.1 = addr16(v).unwrap_or_default();
-                true
-            }
-            (IP_VERSION, Some(x)) => {
-                self.ip_version = Some(x as u8);
-                true
-            }
-            (INGRESS_IF, Some(x)) => {
-                f.in_if = x as u32;
-                self.if_index = Some(x as u32);
-                true
-            }
-            (EGRESS_IF, Some(x)) => {
-                f.out_if = x as u32;
-                true
-            }
-            (INGRESS_PHYS_IF, Some(x)) => {
-                self.in_phys = x as u32;
-                true
-            }
-            (EGRESS_PHYS_IF, Some(x)) => {
-                self.out_phys = x as u32;
-                true
-            }
-            (LAST_SWITCHED, Some(x)) => {
-                self.uptime_last = Some(x as u32);
-                true
-            }
-            (FIRST_SWITCHED, Some(x)) => {
-                self.uptime_first = Some(x as u32);
-                true
-            }
-            (FLOW_START_SECONDS, Some(x)) => {
-                self.start_ms = Some(x.saturating_mul(1000));
-                true
-            }
-            (FLOW_END_SECONDS, Some(x)) => {
-                self.end_ms = Some(x.saturating_mul(1000));
-                true
-            }
-            (FLOW_START_MS, Some(x)) => {
-                self.start_ms = Some(x);
-                true
-            }
-            (FLOW_END_MS, Some(x)) => {
-                self.end_ms = Some(x);
-                true
-            }
-            (FLOW_START_US | FLOW_START_NS, _) if v.len() == 8 => {
-                self.start_ms = ntp_ms(v);
-                true
-            }
-            (FLOW_END_US | FLOW_END_NS, _) if v.len() == 8 => {
-                self.end_ms = ntp_ms(v);
-                true
-            }
-            (FLOW_START_DELTA_US, Some(x)) => {
-                self.start_delta_us = Some(x);
-                true
-            }
-            (FLOW_END_DELTA_US, Some(x)) => {
-                self.end_delta_us = Some(x);
-                true
-            }
-            (SYSTEM_INIT_MS, Some(x)) => {
-                self.system_init_ms = Some(x);
-                true
-            }
-            (SRC_MAC, _) if v.len() == 6 => {
-                f.src_mac = mac(v);
-                true
-            }
-            (DST_MAC, _) if v.len() == 6 => {
-                f.dst_mac = mac(v);
-                true
-            }
-            (POST_SRC_MAC, _) if v.len() == 6 => {
-                self.post_src_mac = mac(v);
-                true
-            }
-            (POST_DST_MAC, _) if v.len() == 6 => {
-                self.post_dst_mac = mac(v);
-                true
-            }
-            (VLAN | DOT1Q_VLAN, Some(x)) => {
+            Kind::OutIf => f.out_if = u() as u32,
+            Kind::InPhysIf => more.in_phys = u() as u32,
+            Kind::OutPhysIf => more.out_phys = u() as u32,
+            Kind::LastSwitched => self.set(Int::UptimeLast, u() as u32 as u64),
+            Kind::FirstSwitched => self.set(Int::UptimeFirst, u() as u32 as u64),
+            Kind::StartSeconds => self.set(Int::StartMs, u().saturating_mul(1000)),
+            Kind::EndSeconds => self.set(Int::EndMs, u().saturating_mul(1000)),
+            Kind::StartMs => self.set(Int::StartMs, u()),
+            Kind::EndMs => self.set(Int::EndMs, u()),
+            Kind::StartNtp => self.set_opt(Int::StartMs, ntp_ms(v)),
+            Kind::EndNtp => self.set_opt(Int::EndMs, ntp_ms(v)),
+            Kind::StartDeltaUs => self.set(Int::StartDeltaUs, u()),
+            Kind::EndDeltaUs => self.set(Int::EndDeltaUs, u()),
+            Kind::SystemInitMs => self.set(Int::SystemInitMs, u()),
+            Kind::SrcMac => f.src_mac = mac(v),
+            Kind::DstMac => f.dst_mac = mac(v),
+            Kind::PostSrcMac => more.post_src_mac = mac(v),
+            Kind::PostDstMac => more.post_dst_mac = mac(v),
+            Kind::Vlan => {
                 if f.vlan == 0 {
-                    f.vlan = (x & 0x0fff) as u16;
+                    f.vlan = (u() & 0x0fff) as u16;
                 }
-                true
             }
-            (DOT1Q_CUSTOMER_VLAN, Some(x)) => {
-                self.customer_vlan = (x & 0x0fff) as u16;
-                self.keep_extra(0, id, v);
-                true
+            Kind::CustomerVlan => {
+                more.customer_vlan = (u() & 0x0fff) as u16;
+                keep_extra(f, 0, id, v);
             }
-            (POST_VLAN, Some(x)) => {
-                self.post_vlan = (x & 0x0fff) as u16;
-                true
-            }
-            (APPLICATION_ID, _) if !v.is_empty() => {
+            Kind::PostVlan => more.post_vlan = (u() & 0x0fff) as u16,
+            Kind::AppId => {
                 // classificationEngineId (1 byte) then a selector: keep the low 32 bits.
                 let tail = &v[v.len().saturating_sub(4)..];
                 f.app_id = uint(tail).unwrap_or(0) as u32;
-                self.keep_extra(0, id, v);
-                true
+                keep_extra(f, 0, id, v);
             }
-            (APPLICATION_NAME, _) => {
-                f.app_name = Some(text(v));
-                true
-            }
-            (SAMPLING_INTERVAL, Some(x)) => {
-                self.sampling_interval = Some(x);
-                true
-            }
-            (SAMPLER_RANDOM_INTERVAL, Some(x)) => {
-                self.random_interval = Some(x);
-                true
-            }
-            (SAMPLING_PACKET_INTERVAL, Some(x)) => {
-                self.packet_interval = Some(x);
-                true
-            }
-            (SAMPLING_PACKET_SPACE, Some(x)) => {
-                self.packet_space = Some(x);
-                true
-            }
-            (SAMPLING_SIZE, Some(x)) => {
-                self.sampling_size = Some(x);
-                true
-            }
-            (SAMPLING_POPULATION, Some(x)) => {
-                self.sampling_population = Some(x);
-                true
-            }
-            (SAMPLER_ID | SELECTOR_ID, Some(x)) => {
-                self.sampler_id = Some(x);
-                true
-            }
-            (INTERFACE_NAME, _) => {
-                self.if_name = Some(text(v));
-                true
-            }
-            _ => false,
-        };
-        if !handled {
-            self.keep_extra(0, id, v);
+            Kind::AppName => f.app_name = Some(text(v)),
+            Kind::SamplingInterval => self.set(Int::SamplingInterval, u()),
+            Kind::RandomInterval => self.set(Int::RandomInterval, u()),
+            Kind::PacketInterval => self.set(Int::PacketInterval, u()),
+            Kind::PacketSpace => self.set(Int::PacketSpace, u()),
+            Kind::SamplingSize => self.set(Int::SamplingSize, u()),
+            Kind::SamplingPopulation => self.set(Int::SamplingPopulation, u()),
+            Kind::SamplerId => self.set(Int::SamplerId, u()),
+            Kind::InterfaceName => more.if_name = Some(text(v)),
         }
     }
 
     /// The sampling rate this record announces (1 in N), if any.
     pub fn announced_rate(&self) -> Option<u32> {
+        // Cheap test first: data records of unsampled exporters announce nothing.
+        const SAMPLING: u32 = 1 << Int::SamplingInterval as u32
+            | 1 << Int::RandomInterval as u32
+            | 1 << Int::PacketInterval as u32
+            | 1 << Int::SamplingSize as u32;
+        if self.has & SAMPLING == 0 {
+            return None;
+        }
         let clamp = |x: u64| x.clamp(1, u32::MAX as u64) as u32;
-        if let (Some(size), Some(pop)) = (self.sampling_size, self.sampling_population) {
+        if let (Some(size), Some(pop)) = (
+            self.get(Int::SamplingSize),
+            self.get(Int::SamplingPopulation),
+        ) {
             if size > 0 && pop > 0 {
                 return Some(clamp(pop / size));
             }
         }
-        if let (Some(i), Some(s)) = (self.packet_interval, self.packet_space) {
+        if let (Some(i), Some(s)) = (self.get(Int::PacketInterval), self.get(Int::PacketSpace)) {
             if let Some(r) = i.saturating_add(s).checked_div(i) {
                 return Some(clamp(r));
             }
         }
-        if let Some(x) = self.sampling_interval.filter(|&x| x > 0) {
+        if let Some(x) = self.get(Int::SamplingInterval).filter(|&x| x > 0) {
             return Some(clamp(x));
         }
-        if let Some(x) = self.random_interval.filter(|&x| x > 0) {
+        if let Some(x) = self.get(Int::RandomInterval).filter(|&x| x > 0) {
             return Some(clamp(x));
         }
         None
     }
 
-    /// Completes the flow: addresses, counters × `rate`, timestamps.
-    /// `export_ms`: export time of the message; `uptime_ms`: v9 sysUptime of the header;
-    /// `system_init_ms`: IPFIX system init time known from options (for 21/22 in IPFIX).
+    /// Completes the flow `f` the record's fields were applied to: addresses, counters ×
+    /// `rate`, timestamps. `export_ms`: export time of the message; `uptime_ms`: v9 sysUptime
+    /// of the header; `system_init_ms`: IPFIX system init time known from options (for 21/22
+    /// in IPFIX).
     pub fn finish(
-        mut self,
+        &self,
+        f: &mut CollectedFlow,
         rate: u32,
         export_ms: u64,
         uptime_ms: Option<u32>,
         system_init_ms: Option<u64>,
-    ) -> CollectedFlow {
-        let f = &mut self.flow;
-        let v4_set = self.v4.is_some_and(|(s, d)| s != [0; 4] || d != [0; 4]);
-        let v6_set = self.v6.is_some_and(|(s, d)| s != [0; 16] || d != [0; 16]);
-        let version = match self.ip_version {
-            Some(4) if self.v4.is_some() => 4,
-            Some(6) if self.v6.is_some() => 6,
+    ) {
+        let m = &self.more;
+        let v4_set = m.v4.is_some_and(|(s, d)| s != [0; 4] || d != [0; 4]);
+        let v6_set = m.v6.is_some_and(|(s, d)| s != [0; 16] || d != [0; 16]);
+        let ip_version = self.get(Int::IpVersion).map(|v| v as u8);
+        let version = match ip_version {
+            Some(4) if m.v4.is_some() => 4,
+            Some(6) if m.v6.is_some() => 6,
             _ if v4_set => 4,
             _ if v6_set => 6,
-            _ if self.v4.is_some() => 4,
-            _ if self.v6.is_some() => 6,
+            _ if m.v4.is_some() => 4,
+            _ if m.v6.is_some() => 6,
             _ => 0,
         };
         match version {
             4 => {
-                let (s, d) = self.v4.unwrap_or_default();
+                let (s, d) = m.v4.unwrap_or_default();
                 f.src[..4].copy_from_slice(&s);
                 f.dst[..4].copy_from_slice(&d);
                 f.ip_version = 4;
             }
             6 => {
-                let (s, d) = self.v6.unwrap_or_default();
+                let (s, d) = m.v6.unwrap_or_default();
                 f.src = s;
                 f.dst = d;
                 f.ip_version = 6;
             }
-            _ => f.ip_version = self.ip_version.filter(|v| *v == 4 || *v == 6).unwrap_or(0),
+            _ => f.ip_version = ip_version.filter(|v| *v == 4 || *v == 6).unwrap_or(0),
         }
         if f.sport == 0 && f.dport == 0 {
-            if let Some((s, d)) = self.ports_alt {
+            if let Some((s, d)) = m.ports_alt {
                 f.sport = s;
                 f.dport = d;
             }
         }
         if f.in_if == 0 {
-            f.in_if = self.in_phys;
+            f.in_if = m.in_phys;
         }
         if f.out_if == 0 {
-            f.out_if = self.out_phys;
+            f.out_if = m.out_phys;
         }
         if f.vlan == 0 {
-            f.vlan = if self.customer_vlan != 0 {
-                self.customer_vlan
+            f.vlan = if m.customer_vlan != 0 {
+                m.customer_vlan
             } else {
-                self.post_vlan
+                m.post_vlan
             };
         }
         if f.src_mac.is_none() {
-            f.src_mac = self.post_src_mac;
+            f.src_mac = m.post_src_mac;
         }
         if f.dst_mac.is_none() {
-            f.dst_mac = self.post_dst_mac;
+            f.dst_mac = m.post_dst_mac;
         }
         let r = rate.max(1) as u64;
         f.sampling = rate.max(1);
-        f.bytes = self
-            .bytes_delta
-            .or(self.bytes_total)
-            .unwrap_or(0)
-            .saturating_mul(r);
-        f.packets = self
-            .pkts_delta
-            .or(self.pkts_total)
-            .unwrap_or(0)
-            .saturating_mul(r);
-        f.rev_bytes = self
-            .rev_bytes_delta
-            .or(self.rev_bytes_total)
-            .unwrap_or(0)
-            .saturating_mul(r);
-        f.rev_packets = self
-            .rev_pkts_delta
-            .or(self.rev_pkts_total)
-            .unwrap_or(0)
-            .saturating_mul(r);
+        let counter = |delta: Int, total: Int| {
+            self.get(delta)
+                .or(self.get(total))
+                .unwrap_or(0)
+                .saturating_mul(r)
+        };
+        f.bytes = counter(Int::BytesDelta, Int::BytesTotal);
+        f.packets = counter(Int::PktsDelta, Int::PktsTotal);
+        f.rev_bytes = counter(Int::RevBytesDelta, Int::RevBytesTotal);
+        f.rev_packets = counter(Int::RevPktsDelta, Int::RevPktsTotal);
 
-        let init = self.system_init_ms.or(system_init_ms);
-        let rel = |t: Option<u32>| -> Option<u64> {
-            let t = t?;
+        let init = self.get(Int::SystemInitMs).or(system_init_ms);
+        let rel = |t: Option<u64>| -> Option<u64> {
+            let t = t? as u32;
             match (uptime_ms, init) {
                 (Some(up), _) => Some(export_ms.saturating_sub(up.wrapping_sub(t) as u64)),
                 (None, Some(i)) => Some(i.saturating_add(t as u64)),
@@ -519,15 +587,14 @@ impl Acc {
         };
         let delta = |d: Option<u64>| d.map(|us| export_ms.saturating_sub(us / 1000));
         f.first_ms = self
-            .start_ms
-            .or_else(|| rel(self.uptime_first))
-            .or_else(|| delta(self.start_delta_us))
+            .get(Int::StartMs)
+            .or_else(|| rel(self.get(Int::UptimeFirst)))
+            .or_else(|| delta(self.get(Int::StartDeltaUs)))
             .unwrap_or(0);
         f.last_ms = self
-            .end_ms
-            .or_else(|| rel(self.uptime_last))
-            .or_else(|| delta(self.end_delta_us))
+            .get(Int::EndMs)
+            .or_else(|| rel(self.get(Int::UptimeLast)))
+            .or_else(|| delta(self.get(Int::EndDeltaUs)))
             .unwrap_or(0);
-        self.flow
     }
 }

@@ -2,7 +2,7 @@
 
 use std::net::SocketAddr;
 
-use super::ie::{self, Acc};
+use super::ie::{self, Acc, Kind};
 use super::{bounded_insert, Config, DecodeError, Exporter, Pending, Rd, SeqKind, Summary};
 use crate::record::CollectedFlow;
 
@@ -14,6 +14,9 @@ pub(super) struct Field {
     pub id: u16,
     pub len: u16,
     pub pen: u32,
+    /// What the field means, set when the template is added; None for variable-length
+    /// fields, whose meaning can depend on each value's length.
+    pub kind: Option<Kind>,
 }
 
 #[derive(Clone, Debug)]
@@ -219,9 +222,15 @@ fn read_fields(r: &mut Rd, count: usize, ipfix: bool, out: &mut Vec<Field>) -> O
                 id: id & 0x7fff,
                 len,
                 pen,
+                kind: None,
             });
         } else {
-            out.push(Field { id, len, pen: 0 });
+            out.push(Field {
+                id,
+                len,
+                pen: 0,
+                kind: None,
+            });
         }
     }
     Some(())
@@ -386,12 +395,17 @@ fn add_template(
     m: &Msg,
     ex: &mut Exporter,
     tid: u16,
-    fields: Vec<Field>,
+    mut fields: Vec<Field>,
     scope_count: u16,
     flows: &mut Vec<CollectedFlow>,
     sum: &mut Summary,
 ) {
     let ipfix = m.version == 10;
+    for f in &mut fields {
+        if !(ipfix && f.len == VARIABLE) {
+            f.kind = Some(Kind::of(f.pen, f.id, f.len as usize, !ipfix));
+        }
+    }
     let min = min_len(&fields, ipfix);
     if min == 0 {
         reject(ex, sum);
@@ -454,24 +468,28 @@ fn replay_pending(
     }
 }
 
-/// Walks one record; returns the bytes it took, None when truncated.
-fn walk<'a>(
+/// Reads one record into `acc` and `f`; returns the bytes it took, None when truncated.
+fn read_record(
     t: &Template,
     ipfix: bool,
-    data: &'a [u8],
-    mut f: impl FnMut(&Field, &'a [u8]),
+    data: &[u8],
+    acc: &mut Acc,
+    f: &mut CollectedFlow,
 ) -> Option<usize> {
+    let v9 = !ipfix;
     let mut r = Rd::new(data);
     for fld in &t.fields {
-        let len = if ipfix && fld.len == VARIABLE {
-            match r.u8()? {
-                255 => r.u16()? as usize,
-                l => l as usize,
+        match fld.kind {
+            Some(kind) => acc.apply(f, kind, fld.pen, fld.id, r.take(fld.len as usize)?),
+            None => {
+                let len = match r.u8()? {
+                    255 => r.u16()? as usize,
+                    l => l as usize,
+                };
+                let v = r.take(len)?;
+                acc.apply(f, Kind::of(fld.pen, fld.id, len, v9), fld.pen, fld.id, v);
             }
-        } else {
-            fld.len as usize
-        };
-        f(fld, r.take(len)?);
+        }
     }
     Some(data.len() - r.left())
 }
@@ -493,36 +511,49 @@ fn data_set(
     };
     let t = std::sync::Arc::clone(t);
     let ipfix = m.version == 10;
-    let v9 = !ipfix;
+    // Learnt from options records, which come in sets of their own: fixed for this set.
+    let domain_rate = default_rate(ex, m.domain);
+    let init = ex.system_init_ms.get(&m.domain).copied();
     let mut off = 0;
     let mut n = 0u32;
+    let mut acc = Acc::new();
+    // Options records' elements that are not options: read, then dropped.
+    let mut scratch: CollectedFlow;
+    let options = t.scope_count != 0;
     while body.len() - off >= t.min_len {
-        let mut acc = Acc::default();
-        let Some(used) = walk(&t, ipfix, &body[off..], |f, v| {
-            acc.field(f.pen, f.id, v, v9)
-        }) else {
+        acc.reset();
+        // A data record is read straight into its place in `flows`.
+        let f = if options {
+            scratch = CollectedFlow::default();
+            &mut scratch
+        } else {
+            flows.push(CollectedFlow::default());
+            flows.last_mut().expect("just pushed")
+        };
+        let Some(used) = read_record(&t, ipfix, &body[off..], &mut acc, f) else {
+            if !options {
+                flows.pop();
+            }
             ex.error(sum);
             return None;
         };
         off += used.max(1);
         n += 1;
-        if t.scope_count == 0 {
+        if !options {
             let rate = acc
                 .announced_rate()
                 .or_else(|| {
-                    acc.sampler_id
+                    acc.sampler_id()
                         .and_then(|id| ex.samplers.get(&(m.domain, id)).copied())
                 })
-                .unwrap_or_else(|| default_rate(ex, m.domain));
-            let init = ex.system_init_ms.get(&m.domain).copied();
-            let mut f = acc.finish(rate, m.time.export_ms, m.time.uptime_ms, init);
+                .unwrap_or(domain_rate);
+            acc.finish(f, rate, m.time.export_ms, m.time.uptime_ms, init);
             f.exporter = Some(m.exporter);
             f.domain = m.domain;
-            flows.push(f);
             ex.stats.records += 1;
             sum.flows += 1;
         } else {
-            options_record(m, ex, acc);
+            options_record(m, ex, &mut acc);
             ex.stats.option_records += 1;
             sum.option_records += 1;
         }
@@ -531,11 +562,11 @@ fn data_set(
     Some(n)
 }
 
-fn options_record(m: &Msg, ex: &mut Exporter, acc: Acc) {
+fn options_record(m: &Msg, ex: &mut Exporter, acc: &mut Acc) {
     let cap = m.cfg.max_map_entries;
     let dcap = m.cfg.max_domains_per_exporter;
     if let Some(rate) = acc.announced_rate() {
-        match acc.sampler_id {
+        match acc.sampler_id() {
             Some(id) => {
                 bounded_insert(&mut ex.samplers, cap, (m.domain, id), rate);
                 bounded_insert(&mut ex.domain_last_sampler, dcap, m.domain, rate);
@@ -545,7 +576,7 @@ fn options_record(m: &Msg, ex: &mut Exporter, acc: Acc) {
             }
         }
     }
-    if let (Some(idx), Some(mut name)) = (acc.if_index, acc.if_name) {
+    if let (Some(idx), Some(mut name)) = (acc.if_index(), acc.take_if_name()) {
         if name.len() > MAX_IF_NAME {
             let mut end = MAX_IF_NAME;
             while !name.is_char_boundary(end) {
@@ -555,7 +586,7 @@ fn options_record(m: &Msg, ex: &mut Exporter, acc: Acc) {
         }
         bounded_insert(&mut ex.interfaces, cap, idx, name);
     }
-    if let Some(init) = acc.system_init_ms {
+    if let Some(init) = acc.system_init_ms() {
         bounded_insert(&mut ex.system_init_ms, dcap, m.domain, init);
     }
 }
