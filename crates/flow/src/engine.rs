@@ -812,6 +812,8 @@ impl Engine {
         // Go on from where the last call stopped (wrapping once), so emptying a big table in
         // chunks is one pass over it, not one pass per chunk.
         let start = self.flush_cursor.min(len);
+        // One allocation for the chunk's records, not a doubling series of fresh pages.
+        self.expired.reserve(max.min(self.live_flows));
         let mut n = 0;
         const AHEAD: usize = 8;
         for i in 0..len {

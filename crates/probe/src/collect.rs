@@ -73,6 +73,9 @@ pub struct CollectorCounters {
 /// Routes collected records to the shards that own their flows, in batches.
 pub(crate) struct Dispatcher {
     txs: Vec<Sender<CollectedBatch>>,
+    /// Batches the shards are done with, to be filled again: their memory is already paged
+    /// in (fresh batches of a few hundred records page-faulted on every hand-off).
+    recycled: Receiver<CollectedBatch>,
     // (The rest is per receiver thread: cloning gives a fresh one.)
     batches: Vec<CollectedBatch>,
     decoder: Decoder,
@@ -83,15 +86,16 @@ const BATCH: usize = 256;
 
 impl Clone for Dispatcher {
     fn clone(&self) -> Self {
-        Dispatcher::new(self.txs.clone())
+        Dispatcher::new(self.txs.clone(), self.recycled.clone())
     }
 }
 
 impl Dispatcher {
-    pub fn new(txs: Vec<Sender<CollectedBatch>>) -> Dispatcher {
+    pub fn new(txs: Vec<Sender<CollectedBatch>>, recycled: Receiver<CollectedBatch>) -> Dispatcher {
         let batches = txs.iter().map(|_| CollectedBatch::default()).collect();
         Dispatcher {
             txs,
+            recycled,
             batches,
             decoder: Decoder::default(),
             decoded: Decoded::default(),
@@ -103,8 +107,27 @@ impl Dispatcher {
         ((key.hash() >> 32) % self.txs.len() as u64) as usize
     }
 
+    /// With a single shard every record goes to it: records are decoded straight into its
+    /// batch, with no flow key worked out and no copy.
+    fn single_batch(&mut self) -> Option<&mut Vec<CollectedFlow>> {
+        match self.batches.as_mut_slice() {
+            [b] => Some(&mut b.flows),
+            _ => None,
+        }
+    }
+
+    /// Hands the single shard's batch over when full (after [`Dispatcher::single_batch`]).
+    fn single_batch_done(&mut self) {
+        if self.batches[0].flows.len() >= BATCH {
+            self.send(0);
+        }
+    }
+
     pub fn flow(&mut self, c: CollectedFlow) {
-        let i = self.shard_of(&sonde_flow::decoded_from_record(&c));
+        let i = match self.txs.len() {
+            1 => 0,
+            _ => self.shard_of(&sonde_flow::decoded_from_record(&c)),
+        };
         self.batches[i].flows.push(c);
         if self.batches[i].flows.len() >= BATCH {
             self.send(i);
@@ -118,12 +141,16 @@ impl Dispatcher {
         } else {
             LinkType::Raw
         };
-        let i = match self
-            .decoder
-            .decode(link, 0, &s.header, s.frame_length, &mut self.decoded)
-        {
-            Ok(Outcome::Ip) => self.shard_of(&self.decoded),
-            _ => 0, // counted as non-IP or malformed by shard 0
+        let i = if self.txs.len() == 1 {
+            0
+        } else {
+            match self
+                .decoder
+                .decode(link, 0, &s.header, s.frame_length, &mut self.decoded)
+            {
+                Ok(Outcome::Ip) => self.shard_of(&self.decoded),
+                _ => 0, // counted as non-IP or malformed by shard 0
+            }
         };
         self.batches[i].samples.push(s);
         if self.batches[i].samples.len() >= BATCH {
@@ -132,7 +159,8 @@ impl Dispatcher {
     }
 
     fn send(&mut self, i: usize) {
-        let b = std::mem::take(&mut self.batches[i]);
+        let fresh = self.recycled.try_recv().unwrap_or_default();
+        let b = std::mem::replace(&mut self.batches[i], fresh);
         let _ = self.txs[i].send(b);
     }
 
@@ -151,19 +179,26 @@ impl Dispatcher {
 /// The shard's clock is the records' own time (like packet time for captures), moved on by
 /// the wall clock while no record arrives: live exporters keep it near the wall clock, and
 /// replayed old records expire by their own times rather than all at once.
-pub(crate) fn run_collected(mut ctx: ShardCtx, rx: Receiver<CollectedBatch>) -> ShardOutput {
+pub(crate) fn run_collected(
+    mut ctx: ShardCtx,
+    rx: Receiver<CollectedBatch>,
+    recycle: Sender<CollectedBatch>,
+) -> ShardOutput {
     // No clock before the first record: the wall clock would run ahead of replayed records.
     let mut base: Option<(u64, std::time::Instant)> = None;
     let clock = |b: (u64, std::time::Instant)| b.0 + b.1.elapsed().as_nanos() as u64;
     loop {
         match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(b) => {
+            Ok(mut b) => {
                 let now = base.map(clock).unwrap_or_else(wall_ns);
                 ctx.engine.ingest_flows(&b.flows, now);
                 for s in &b.samples {
                     ctx.engine.ingest_sample(s, now);
                 }
                 base = Some((ctx.engine.now_ns(), std::time::Instant::now()));
+                b.flows.clear();
+                b.samples.clear();
+                let _ = recycle.try_send(b);
             }
             Err(RecvTimeoutError::Timeout) => {}
             Err(RecvTimeoutError::Disconnected) => break,
@@ -233,7 +268,15 @@ fn decode_into(
 ) {
     counters.messages.fetch_add(1, Ordering::Relaxed);
     let (flows, samples) = scratch;
-    match collector.decode(exporter, data, now_ms(), flows, samples) {
+    let single = out.single_batch();
+    let into = match single {
+        Some(batch) => batch,
+        None => flows,
+    };
+    let before = into.len();
+    let decoded = collector.decode(exporter, data, now_ms(), into, samples);
+    let records = into.len() - before + samples.len();
+    match decoded {
         Ok(summary) => {
             counters
                 .errors
@@ -245,7 +288,10 @@ fn decode_into(
     }
     counters
         .records
-        .fetch_add((flows.len() + samples.len()) as u64, Ordering::Relaxed);
+        .fetch_add(records as u64, Ordering::Relaxed);
+    if out.txs.len() == 1 {
+        out.single_batch_done();
+    }
     for f in flows.drain(..) {
         out.flow(f);
     }
@@ -256,10 +302,19 @@ fn decode_into(
 
 /// Datagrams taken from the socket by one `recvmmsg` call.
 const RECV_BATCH: usize = 32;
+/// Longest pause between polls of a busy socket: datagrams wait in the socket's buffer (8
+/// MiB asked for) at most this long.
+const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
 
 /// Receives NetFlow/IPFIX/sFlow datagrams on a bound UDP socket until `stop`. Up to
-/// [`RECV_BATCH`] datagrams per system call (`recvmmsg`, waiting for the first only): at a
-/// million records a second the per-datagram `recvfrom` was a third of the collector's CPU.
+/// [`RECV_BATCH`] datagrams per system call (`recvmmsg`): at a million records a second the
+/// per-datagram `recvfrom` was a third of the collector's CPU.
+///
+/// While datagrams keep coming, the socket is polled after short pauses instead of waking
+/// the thread for each datagram: exporters send in bursts, and on a virtual machine each
+/// wake-up cost several microseconds, more than decoding a datagram. The pause is about the
+/// time a batch takes to arrive (at most [`MAX_POLL_PAUSE`]); once a poll finds nothing, the
+/// thread waits on the socket again.
 pub(crate) fn run_udp(
     socket: std::net::UdpSocket,
     mut out: Dispatcher,
@@ -270,26 +325,29 @@ pub(crate) fn run_udp(
     let mut rx = BatchReceiver::new();
     let mut scratch = (Vec::new(), Vec::new());
     let mut unflushed = 0;
+    // When the socket was last found empty while busy: the pause is worked out from how many
+    // datagrams came since.
+    let mut polling_since: Option<std::time::Instant> = None;
     while !stop.load(Ordering::Relaxed) {
-        match rx.recv(&socket) {
+        match rx.recv(&socket, polling_since.is_none()) {
             Ok(n) => {
-                for k in 0..n {
-                    let (data, from) = rx.datagram(k);
-                    decode_into(
-                        &mut collector,
-                        from,
-                        data,
-                        &mut out,
-                        &counters,
-                        &mut scratch,
-                    );
-                }
+                rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
                 // Hand records over every few dozen datagrams (or when the socket goes
                 // quiet), not after each one: fewer wake-ups of the shards under load.
                 unflushed += n;
                 if unflushed >= RECV_BATCH {
                     out.flush();
                     unflushed = 0;
+                }
+                if n < RECV_BATCH {
+                    // The socket is drained: pause about as long as a batch takes to arrive.
+                    let now = std::time::Instant::now();
+                    let pause = match polling_since {
+                        Some(t) => (now - t).mul_f64(RECV_BATCH as f64 / (2 * n.max(1)) as f64),
+                        None => MAX_POLL_PAUSE / 4,
+                    };
+                    polling_since = Some(now);
+                    std::thread::sleep(pause.min(MAX_POLL_PAUSE));
                 }
             }
             Err(e)
@@ -300,11 +358,17 @@ pub(crate) fn run_udp(
                         | std::io::ErrorKind::Interrupted
                 ) =>
             {
+                // Nothing since the last poll (or the wait timed out): wait on the socket.
+                polling_since = None;
                 out.flush();
                 unflushed = 0;
             }
             Err(_) => break,
         }
+    }
+    // What arrived before the stop is still decoded (a poll pause may have left it queued).
+    while let Ok(n @ 1..) = rx.recv(&socket, false) {
+        rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
     }
     out.flush();
     report(&collector)
@@ -339,9 +403,10 @@ impl BatchReceiver {
         }
     }
 
-    /// Waits for one datagram (up to the socket's read timeout), then takes whatever else is
-    /// already queued, up to [`RECV_BATCH`]; returns how many.
-    fn recv(&mut self, socket: &std::net::UdpSocket) -> std::io::Result<usize> {
+    /// Takes the datagrams queued, up to [`RECV_BATCH`]; returns how many. With `wait`, waits
+    /// for the first (up to the socket's read timeout); without, fails with `WouldBlock` when
+    /// none is queued.
+    fn recv(&mut self, socket: &std::net::UdpSocket, wait: bool) -> std::io::Result<usize> {
         use std::os::fd::AsRawFd;
         for k in 0..RECV_BATCH {
             let h = &mut self.msgs[k].msg_hdr;
@@ -361,7 +426,11 @@ impl BatchReceiver {
                 socket.as_raw_fd(),
                 self.msgs.as_mut_ptr(),
                 RECV_BATCH as libc::c_uint,
-                libc::MSG_WAITFORONE,
+                if wait {
+                    libc::MSG_WAITFORONE
+                } else {
+                    libc::MSG_DONTWAIT
+                },
                 std::ptr::null_mut(),
             )
         };
@@ -369,6 +438,21 @@ impl BatchReceiver {
             return Err(std::io::Error::last_os_error());
         }
         Ok(n as usize)
+    }
+
+    /// Decodes the `n` datagrams of the last [`BatchReceiver::recv`] and hands their records on.
+    fn decode_all(
+        &self,
+        n: usize,
+        collector: &mut Collector,
+        out: &mut Dispatcher,
+        counters: &CollectorCounters,
+        scratch: &mut (Vec<CollectedFlow>, Vec<SampledPacket>),
+    ) {
+        for k in 0..n {
+            let (data, from) = self.datagram(k);
+            decode_into(collector, from, data, out, counters, scratch);
+        }
     }
 
     /// Datagram `k` of the last [`BatchReceiver::recv`] and its sender.
@@ -571,7 +655,7 @@ mod tests {
             let mut rx = BatchReceiver::new();
             let mut got = Vec::new();
             while got.len() < 3 {
-                let n = rx.recv(&rx_sock).unwrap();
+                let n = rx.recv(&rx_sock, true).unwrap();
                 assert!(n >= 1);
                 for k in 0..n {
                     let (data, from) = rx.datagram(k);
@@ -582,6 +666,11 @@ mod tests {
             for (i, d) in got.iter().enumerate() {
                 assert_eq!(d, &vec![i as u8; 100 + i]);
             }
+            // A poll of the drained socket does not wait: it says there is nothing.
+            let t = std::time::Instant::now();
+            let e = rx.recv(&rx_sock, false).unwrap_err();
+            assert_eq!(e.kind(), std::io::ErrorKind::WouldBlock);
+            assert!(t.elapsed() < Duration::from_secs(5));
         }
     }
 }

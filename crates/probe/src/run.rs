@@ -677,16 +677,18 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 ));
             }
             let mut txs = Vec::new();
+            let (recycle_tx, recycle_rx) = bounded::<CollectedBatch>(threads * 16);
             for (i, ctx) in ctxs.drain(..).enumerate() {
                 let (tx, rx) = bounded::<CollectedBatch>(64);
                 txs.push(tx);
+                let recycle = recycle_tx.clone();
                 shard_handles.push(spawn(
                     format!("shard{i}"),
-                    Box::new(move || collect::run_collected(ctx, rx)),
+                    Box::new(move || collect::run_collected(ctx, rx, recycle)),
                 )?);
             }
             for src in sources {
-                let out = Dispatcher::new(txs.clone());
+                let out = Dispatcher::new(txs.clone(), recycle_rx.clone());
                 let (stop, counters) = (stop.clone(), collector_counters.clone());
                 let h = match src {
                     CollectSource::Zmq(endpoint) => {

@@ -270,8 +270,9 @@ impl ShardCtx {
                 self.answer(req);
             }
         }
-        // In chunks, so the records of a large table never sit in memory all at once.
-        while self.engine.flush_some(EndReason::EndOfCapture, 1 << 16) > 0 {
+        // In chunks, so the records of a large table never sit in memory all at once (and a
+        // chunk's 2.5 MiB of records is written where the last one was, still in cache).
+        while self.engine.flush_some(EndReason::EndOfCapture, 1 << 13) > 0 {
             self.housekeeping();
         }
         self.housekeeping();
