@@ -4,7 +4,7 @@
 //! flood against bounded tables. Every number is measured from the outside: CPU seconds are the
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
-//! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR]
+//! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR] [--no-peers]
 //!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history,api]
 //!                    [--repeats N]
 
@@ -39,12 +39,14 @@ struct Opts {
     data_dir: PathBuf,
     only: Vec<String>,
     repeats: usize,
+    /// Only sonde, no peers (for quick A/B runs of two sonde builds; section 5 for now).
+    no_peers: bool,
 }
 
 fn usage() -> ! {
     eprintln!(
         "usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR] \
-         [--only {}] [--repeats N]",
+         [--only {}] [--repeats N] [--no-peers]",
         SECTIONS.join(",")
     );
     std::process::exit(2);
@@ -57,6 +59,7 @@ fn parse_args() -> Opts {
     let mut data_dir = PathBuf::from("bench-data");
     let mut only: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
     let mut repeats = None;
+    let mut no_peers = false;
     let mut args = std::env::args().skip(1);
     while let Some(a) = args.next() {
         let mut value = |name: &str| {
@@ -83,6 +86,7 @@ fn parse_args() -> Opts {
             "--repeats" => {
                 repeats = Some(value("--repeats").parse().unwrap_or_else(|_| usage()));
             }
+            "--no-peers" => no_peers = true,
             "-h" | "--help" => usage(),
             other => {
                 eprintln!("sonde-bench: unknown argument {other:?}");
@@ -105,6 +109,7 @@ fn parse_args() -> Opts {
         data_dir,
         only,
         repeats: repeats.unwrap_or(if quick { 1 } else { 3 }).max(1),
+        no_peers,
     }
 }
 
@@ -1177,7 +1182,7 @@ fn in_process(dgrams: &[Vec<u8>]) -> Stored {
         engine.take_expired(&mut expired);
         expired.clear();
     }
-    while engine.flush_some(sonde_flow::EndReason::EndOfCapture, 1 << 16) > 0 {
+    while engine.flush_some(sonde_flow::EndReason::EndOfCapture, 1 << 13) > 0 {
         engine.take_expired(&mut expired);
         expired.clear();
     }
@@ -1331,6 +1336,10 @@ fn collect(b: &mut Bench) {
                     ]
                 }
             };
+            if tool != "sonde" && b.opts.no_peers {
+                results.push((tool.into(), Err("skipped (--no-peers)".into())));
+                continue;
+            }
             if tool != "sonde" && which(tool).is_none() {
                 results.push((tool.into(), Err(format!("{tool} not installed"))));
                 continue;
