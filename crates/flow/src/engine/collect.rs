@@ -31,34 +31,39 @@ pub fn decoded_from_record(c: &CollectedFlow) -> Decoded {
 }
 
 impl Engine {
-    /// Merges a batch of collected records, as [`Engine::ingest_flow`] does one by one; with a
-    /// large table, the index slots, flow entries and hosts of a few records ahead are
-    /// prefetched first, so their memory latency overlaps (collected records are mostly new
-    /// flows, each a handful of cache misses).
+    /// Merges a batch of collected records, as [`Engine::ingest_flow`] does one by one. Each
+    /// record's flow key is worked out once; with a large table, the index slots of a few
+    /// records ahead are prefetched first, then their flow entries (known flows) or the index
+    /// slots of their hosts (new flows), so the memory latency overlaps.
     pub fn ingest_flows(&mut self, records: &[CollectedFlow], now_ns: u64) {
+        let mut keys = [(FlowKey::default(), 0usize, 0u32); super::BATCH];
         for chunk in records.chunks(super::BATCH) {
+            for (c, k) in chunk.iter().zip(keys.iter_mut()) {
+                let (key, dir) = FlowKey::from_packet(&decoded_from_record(c));
+                *k = (key, dir, key.hash() as u32);
+            }
+            let keys = &keys[..chunk.len()];
             if self.live_flows > super::PREFETCH_MIN_FLOWS {
-                let mut tags = [0u32; super::BATCH];
-                for (c, tag) in chunk.iter().zip(tags.iter_mut()) {
-                    let (key, _) = FlowKey::from_packet(&decoded_from_record(c));
-                    *tag = key.hash() as u32;
+                for (_, _, tag) in keys {
                     self.index.prefetch(*tag);
-                    for addr in [key.addr_a, key.addr_b] {
-                        self.hosts.prefetch_key(&crate::host::HostKey {
-                            addr,
-                            ip_version: key.ip_version,
-                            vlan: key.vlan,
-                        });
-                    }
                 }
-                for &tag in &tags[..chunk.len()] {
-                    if let Some(slot) = self.peek(tag) {
-                        crate::table::prefetch_read(&self.flows[slot as usize]);
+                for (key, _, tag) in keys {
+                    match self.peek(*tag) {
+                        Some(slot) => crate::table::prefetch_read(&self.flows[slot as usize]),
+                        None => {
+                            for addr in [key.addr_a, key.addr_b] {
+                                self.hosts.prefetch_key(&crate::host::HostKey {
+                                    addr,
+                                    ip_version: key.ip_version,
+                                    vlan: key.vlan,
+                                });
+                            }
+                        }
                     }
                 }
             }
-            for c in chunk {
-                self.ingest_flow(c, now_ns);
+            for (c, (key, dir, tag)) in chunk.iter().zip(keys) {
+                self.ingest_keyed(c, key, *dir, *tag, now_ns);
             }
         }
     }
@@ -66,12 +71,20 @@ impl Engine {
     /// Merges one collected flow record into the flow table (`now_ns`: when it arrived, used
     /// when the record carries no times). Both hosts are credited as for packets.
     pub fn ingest_flow(&mut self, c: &CollectedFlow, now_ns: u64) {
-        let mut d = decoded_from_record(c);
-        if let (Some(s), Some(t)) = (c.src_mac, c.dst_mac) {
-            d.src_mac = s;
-            d.dst_mac = t;
-            d.has_mac = true;
-        }
+        let (key, dir) = FlowKey::from_packet(&decoded_from_record(c));
+        self.ingest_keyed(c, &key, dir, key.hash() as u32, now_ns);
+    }
+
+    /// [`Engine::ingest_flow`] with the record's flow key, direction and hash worked out.
+    #[inline(always)]
+    fn ingest_keyed(
+        &mut self,
+        c: &CollectedFlow,
+        key: &FlowKey,
+        dir: usize,
+        tag: u32,
+        now_ns: u64,
+    ) {
         let ms = |t: u64| {
             if t == 0 {
                 now_ns
@@ -81,7 +94,16 @@ impl Engine {
         };
         let (first, last) = (ms(c.first_ms), ms(c.last_ms.max(c.first_ms)));
         let exporter = self.exporter_index(c.exporter, c.domain);
-        let Some((slot, dir)) = self.slot_for(&d, first) else {
+        let slot = self.slot_keyed(key, dir, tag, first, || {
+            let mut d = decoded_from_record(c);
+            if let (Some(s), Some(t)) = (c.src_mac, c.dst_mac) {
+                d.src_mac = s;
+                d.dst_mac = t;
+                d.has_mac = true;
+            }
+            d
+        });
+        let Some(slot) = slot else {
             self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
             return;
         };
@@ -197,13 +219,31 @@ impl Engine {
     /// The flow slot for a packet-like description, created if needed (None: table full).
     fn slot_for(&mut self, d: &Decoded, ts_ns: u64) -> Option<(u32, usize)> {
         let (key, dir) = FlowKey::from_packet(d);
+        let slot = self.slot_keyed(&key, dir, key.hash() as u32, ts_ns, || *d)?;
+        Some((slot, dir))
+    }
+
+    /// The flow slot for `key`, created if needed from the description `decoded` gives (only
+    /// called for a new flow); None when the table is full.
+    #[inline(always)]
+    fn slot_keyed(
+        &mut self,
+        key: &FlowKey,
+        dir: usize,
+        tag: u32,
+        ts_ns: u64,
+        decoded: impl FnOnce() -> Decoded,
+    ) -> Option<u32> {
         if self.live_flows + 1 > self.cfg.max_flows {
             self.make_room(1);
         }
         self.index.reserve(1);
-        let tag = key.hash() as u32;
-        let slot = self.lookup_or_create(&key, tag, dir, d, ts_ns);
-        (slot != NO_SLOT).then_some((slot, dir))
+        let flows = &self.flows;
+        let slot = match self.index.find(tag, |s| flows[s as usize].key == *key) {
+            Ok(slot) => slot,
+            Err(pos) => self.create(pos, key, tag, dir, &decoded(), ts_ns),
+        };
+        (slot != NO_SLOT).then_some(slot)
     }
 
     /// Index (+1) of an exporter in this shard's table; 0 when unknown or the table is full.
