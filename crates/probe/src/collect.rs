@@ -312,8 +312,9 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
 ///
 /// While datagrams keep coming, the socket is polled after short pauses instead of waking
 /// the thread for each datagram: exporters send in bursts, and on a virtual machine each
-/// wake-up cost several microseconds, more than decoding a datagram. The pause is about the
-/// time a batch takes to arrive (at most [`MAX_POLL_PAUSE`]); once a poll finds nothing, the
+/// wake-up cost several microseconds, more than decoding a datagram. The pause is the time
+/// half a batch takes to arrive at the rate just seen (at most [`MAX_POLL_PAUSE`]), so the
+/// socket buffer never has to hold more than a batch or so; once a poll finds nothing, the
 /// thread waits on the socket again.
 pub(crate) fn run_udp(
     socket: std::net::UdpSocket,
