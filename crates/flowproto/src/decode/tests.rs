@@ -261,6 +261,64 @@ fn variable_length_enterprise_and_reverse_elements() {
     assert_eq!(f.extra, vec![(9, 42, vec![0xab; 300])]);
 }
 
+/// An element's meaning depends on its length: reduced-size integers (RFC 7011 6.2) read as
+/// integers, a length no integer or address has is kept as an uninterpreted element, and a
+/// variable-length integer is read by the length each record gives it.
+#[test]
+fn element_lengths_decide_their_meaning() {
+    let mut c = Collector::default();
+    let mut o = out();
+    let t = tpl(
+        301,
+        &[
+            (8, 4, None),     // sourceIPv4Address
+            (12, 6, None),    // destinationIPv4Address of 6 bytes: not an address
+            (7, 1, None),     // sourceTransportPort in 1 byte
+            (11, 3, None),    // destinationTransportPort in 3 bytes
+            (2, 9, None),     // packetDeltaCount of 9 bytes: not an integer
+            (1, 65535, None), // octetDeltaCount, variable length
+            (58, 2, None),    // vlanId
+            (243, 2, None),   // dot1qVlanId: the first non-zero VLAN stays
+        ],
+    );
+    let mut rec = vec![10, 0, 0, 1];
+    rec.extend_from_slice(&[1, 2, 3, 4, 5, 6]);
+    rec.push(53);
+    rec.extend_from_slice(&[0, 1, 187]); // 443
+    rec.extend_from_slice(&[0, 0, 0, 0, 0, 0, 0, 0, 9]);
+    rec.extend_from_slice(&[3, 1, 0, 0]); // 3 bytes: 65536
+    rec.extend_from_slice(&[0, 7]);
+    rec.extend_from_slice(&[0, 9]);
+    // The same template, second record: the variable-length counter in 8 bytes.
+    let mut rec2 = rec.clone();
+    let at = 4 + 6 + 1 + 3 + 9;
+    rec2.splice(at..at + 4, [8, 0, 0, 0, 0, 0, 0, 0, 42]);
+    rec.extend_from_slice(&rec2);
+    let s = dec(
+        &mut c,
+        peer(1),
+        &ipfix(1, 0, &[(2, t), (301, rec)]),
+        0,
+        &mut o,
+    )
+    .unwrap();
+    assert_eq!((s.flows, s.errors), (2, 0));
+    let f = &o.flows[0];
+    assert_eq!(f.src[..4], [10, 0, 0, 1]);
+    assert_eq!(f.dst[..4], [0, 0, 0, 0]);
+    assert_eq!((f.sport, f.dport), (53, 443));
+    assert_eq!((f.packets, f.bytes), (0, 65536));
+    assert_eq!(f.vlan, 7);
+    assert_eq!(
+        f.extra,
+        vec![
+            (0, 12, vec![1, 2, 3, 4, 5, 6]),
+            (0, 2, vec![0, 0, 0, 0, 0, 0, 0, 0, 9])
+        ]
+    );
+    assert_eq!(o.flows[1].bytes, 42);
+}
+
 #[test]
 fn options_interface_names_and_sampling() {
     let mut c = Collector::default();
