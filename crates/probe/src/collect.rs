@@ -302,6 +302,9 @@ fn decode_into(
 
 /// Datagrams taken from the socket by one `recvmmsg` call.
 const RECV_BATCH: usize = 32;
+/// At most this many batches are still taken from the socket after the stop (about as many
+/// datagrams as the 8 MiB socket buffer holds).
+const STOP_DRAIN_BATCHES: usize = 256;
 /// Longest pause between polls of a busy socket: datagrams wait in the socket's buffer (8
 /// MiB asked for) at most this long.
 const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
@@ -367,8 +370,12 @@ pub(crate) fn run_udp(
             Err(_) => break,
         }
     }
-    // What arrived before the stop is still decoded (a poll pause may have left it queued).
-    while let Ok(n @ 1..) = rx.recv(&socket, false) {
+    // What arrived before the stop is still decoded (a poll pause may have left it queued);
+    // bounded, so an exporter that keeps sending cannot hold the stop up.
+    for _ in 0..STOP_DRAIN_BATCHES {
+        let Ok(n @ 1..) = rx.recv(&socket, false) else {
+            break;
+        };
         rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
     }
     out.flush();
