@@ -6,7 +6,7 @@
 //! `cargo run --release -p sonde-bench --example collect_micro [decode|engine|engine-new]`: with
 //! an argument, only that loop, many times over (for `perf record`).
 
-use sonde_bench::{collector_clock, flow_datagrams, RecordMix};
+use sonde_bench::{collector_clock, decode_into_engine, flow_datagrams, RecordMix};
 use sonde_flowproto::decode::{Collector, Config};
 use sonde_flowproto::encode::ExportFormat;
 use std::time::Instant;
@@ -25,33 +25,6 @@ fn decode(dgrams: &[Vec<u8>]) -> usize {
         flows.clear();
     }
     n
-}
-
-/// Decodes every datagram into a flow engine, as a collecting shard does, and empties it at
-/// the end; returns the records the engine took.
-fn decode_and_merge(dgrams: &[Vec<u8>]) -> u64 {
-    let exporter = "127.0.0.1:2055".parse().expect("address");
-    let mut c = Collector::new(Config::default());
-    let mut engine = sonde_flow::Engine::new(sonde_flow::EngineConfig {
-        max_flows: 4 << 20,
-        max_hosts: 4 << 20,
-        ..Default::default()
-    });
-    let (mut flows, mut samples, mut expired) = (Vec::new(), Vec::new(), Vec::new());
-    for d in dgrams {
-        let now_ms = collector_clock(d);
-        let _ = c.decode(exporter, d, now_ms, &mut flows, &mut samples);
-        engine.ingest_flows(&flows, now_ms * 1_000_000);
-        flows.clear();
-        engine.tick_if_due(engine.now_ns());
-        engine.take_expired(&mut expired);
-        expired.clear();
-    }
-    while engine.flush_some(sonde_flow::EndReason::EndOfCapture, 1 << 13) > 0 {
-        engine.take_expired(&mut expired);
-        expired.clear();
-    }
-    engine.stats().collected_records
 }
 
 fn best_ns_per_record(runs: usize, f: impl Fn() -> u64) -> f64 {
@@ -81,7 +54,7 @@ fn main() {
             if mode == "decode" {
                 decode(&d);
             } else {
-                decode_and_merge(&d);
+                decode_into_engine(&d);
             }
         }
         return;
@@ -93,7 +66,7 @@ fn main() {
         for mix in [RecordMix::AllNew, RecordMix::Repeated] {
             let d = flow_datagrams(format, RECORDS, mix);
             let dec = best_ns_per_record(5, || decode(&d) as u64);
-            let all = best_ns_per_record(5, || decode_and_merge(&d));
+            let all = best_ns_per_record(5, || decode_into_engine(&d));
             println!(
                 "{name:5} {:32}: decode {dec:6.1} ns/record, decode + flow engine {all:6.1} ns/record",
                 mix.name()

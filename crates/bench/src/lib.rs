@@ -564,3 +564,33 @@ pub fn collector_clock(d: &[u8]) -> u64 {
         _ => secs(4) * 1000,
     }
 }
+
+/// sonde's collector decoder and one flow engine, as a collecting shard runs them (decode,
+/// merge, ticks, emptying the table at the end), on this thread; returns the records the
+/// engine took.
+pub fn decode_into_engine(dgrams: &[Vec<u8>]) -> u64 {
+    use sonde_flowproto::decode::{Collector, Config};
+    let exporter = "127.0.0.1:2055".parse().expect("address");
+    let mut collector = Collector::new(Config::default());
+    let mut engine = sonde_flow::Engine::new(sonde_flow::EngineConfig {
+        max_flows: 4 << 20,
+        max_hosts: 4 << 20,
+        ..Default::default()
+    });
+    let (mut flows, mut samples, mut expired) = (Vec::new(), Vec::new(), Vec::new());
+    for d in dgrams {
+        let now_ms = collector_clock(d);
+        let _ = collector.decode(exporter, d, now_ms, &mut flows, &mut samples);
+        engine.ingest_flows(&flows, now_ms * 1_000_000);
+        flows.clear();
+        engine.tick_if_due(engine.now_ns());
+        engine.take_expired(&mut expired);
+        expired.clear();
+    }
+    // In the shard's chunk size (probe/src/shard.rs).
+    while engine.flush_some(sonde_flow::EndReason::EndOfCapture, 1 << 13) > 0 {
+        engine.take_expired(&mut expired);
+        expired.clear();
+    }
+    engine.stats().collected_records
+}

@@ -14,7 +14,7 @@ mod api_bench;
 mod history_bench;
 mod series_bench;
 use sonde_bench::{
-    cell, collector_clock, flow_datagrams, fmt_bytes, fmt_count, fmt_mpps, median_by, packets_sent,
+    cell, flow_datagrams, fmt_bytes, fmt_count, fmt_mpps, median_by, packets_sent,
     pmacct_csv_totals, run_measured, short_count, which, Measured, RecordMix, Table,
 };
 use std::collections::BTreeMap;
@@ -1078,7 +1078,6 @@ type Stored = (u64, f64, u64);
 /// one core does with the records (decode, flow and host tables, final flush). CPU time is
 /// this thread's.
 fn in_process(dgrams: &[Vec<u8>]) -> Stored {
-    use sonde_flowproto::decode::{Collector, Config};
     let thread_cpu = || {
         // SAFETY: rusage is plain old data, filled by the kernel.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -1087,30 +1086,8 @@ fn in_process(dgrams: &[Vec<u8>]) -> Stored {
         let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
         tv(ru.ru_utime) + tv(ru.ru_stime)
     };
-    let exporter = "127.0.0.1:2055".parse().expect("address");
     let cpu0 = thread_cpu();
-    let mut collector = Collector::new(Config::default());
-    let mut engine = sonde_flow::Engine::new(sonde_flow::EngineConfig {
-        max_flows: 4 << 20,
-        max_hosts: 4 << 20,
-        ..Default::default()
-    });
-    let (mut flows, mut samples) = (Vec::new(), Vec::new());
-    let mut expired = Vec::new();
-    for d in dgrams {
-        let now_ms = collector_clock(d);
-        let _ = collector.decode(exporter, d, now_ms, &mut flows, &mut samples);
-        engine.ingest_flows(&flows, now_ms * 1_000_000);
-        flows.clear();
-        engine.tick_if_due(engine.now_ns());
-        engine.take_expired(&mut expired);
-        expired.clear();
-    }
-    while engine.flush_some(sonde_flow::EndReason::EndOfCapture, 1 << 13) > 0 {
-        engine.take_expired(&mut expired);
-        expired.clear();
-    }
-    let records = engine.stats().collected_records;
+    let records = sonde_bench::decode_into_engine(dgrams);
     (records, thread_cpu() - cpu0, 0)
 }
 
