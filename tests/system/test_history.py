@@ -37,8 +37,9 @@ def _bytes_per_host(flows) -> collections.Counter:
     return per_host
 
 
-@pytest.mark.parametrize("name", CAPTURES)
-def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
+def _store(sonde, corpus, workdir, name):
+    """Runs sonde on the corpus capture `name` with a data directory and a flows file; returns
+    the data directory and the flows file's records (the oracle of what was stored)."""
     pcap = corpus / name
     if not pcap.exists():
         pytest.skip(f"{name} not in the corpus")
@@ -46,7 +47,12 @@ def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
     flows = workdir / "flows.jsonl"
     p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
     assert p.returncode == 0, p.stderr
-    want = oracle.load_jsonl(str(flows))
+    return data, oracle.load_jsonl(str(flows))
+
+
+@pytest.mark.parametrize("name", CAPTURES)
+def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
+    data, want = _store(sonde, corpus, workdir, name)
     assert want
     q = sonde("query", "--data-dir", data, "flows", "--limit", "1000000", "--format", "jsonl")
     assert q.returncode == 0, q.stderr
@@ -68,14 +74,7 @@ def test_stored_flows_equal_flows_out(sonde, corpus, workdir, name):
 
 
 def test_filters_select_what_the_flows_file_has(sonde, corpus, workdir):
-    pcap = corpus / "dns_doh.pcap"
-    if not pcap.exists():
-        pytest.skip("dns_doh.pcap not in the corpus")
-    data = workdir / "data"
-    flows = workdir / "flows.jsonl"
-    p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
-    assert p.returncode == 0, p.stderr
-    want = oracle.load_jsonl(str(flows))
+    data, want = _store(sonde, corpus, workdir, "dns_doh.pcap")
     port53 = [r for r in want if 53 in (int(r["L4_SRC_PORT"]), int(r["L4_DST_PORT"]))]
     q = sonde("query", "--data-dir", data, "flows", "--port", "53", "--limit", "100000",
               "--format", "jsonl")
@@ -315,14 +314,7 @@ def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
     import urllib.request
     from conftest import free_port
 
-    pcap = corpus / "android.pcap"
-    if not pcap.exists():
-        pytest.skip("android.pcap not in the corpus")
-    data = workdir / "data"
-    flows = workdir / "flows.jsonl"
-    p = sonde("-r", pcap, "--data-dir", data, "--flows-out", flows, "-q")
-    assert p.returncode == 0, p.stderr
-    want = oracle.load_jsonl(str(flows))
+    data, want = _store(sonde, corpus, workdir, "android.pcap")
     assert len(want) > 10
     port = free_port()
     base = f"http://127.0.0.1:{port}"

@@ -3,7 +3,7 @@
 //! applications over a range). Each request opens the files afresh, so it sees what the writer
 //! has checkpointed, and runs on a blocking thread: a long scan never holds up the async ones.
 
-use crate::{bad, internal, ApiError, AppState, Shared};
+use crate::{bad, internal, query_number, ApiError, AppState, Shared};
 use axum::extract::{Path, Query, State};
 use axum::http::{header, StatusCode};
 use axum::response::{IntoResponse, Response};
@@ -51,11 +51,8 @@ fn filter_of(q: &HashMap<String, String>) -> Result<Filter, ApiError> {
 
 /// `offset` and `limit` (at most [`MAX_LIMIT`]).
 fn page_of(q: &HashMap<String, String>, default_limit: usize) -> Result<(usize, usize), ApiError> {
-    let num = |k: &str, default: usize| -> Result<usize, ApiError> {
-        q.get(k).map_or(Ok(default), |v| {
-            v.parse::<usize>()
-                .map_err(|_| bad(format!("{k}={v:?}: a whole number expected")))
-        })
+    let num = |k: &str, default: usize| {
+        query_number::<usize>(q, k, "a whole number expected").map(|n| n.unwrap_or(default))
     };
     let limit = num("limit", default_limit)?;
     if limit == 0 || limit > MAX_LIMIT {
@@ -182,14 +179,7 @@ pub(crate) async fn series(
         ))
     })?;
     let key = q.get("key").cloned().unwrap_or_else(|| "total".into());
-    let num = |k: &str| -> Result<Option<u64>, ApiError> {
-        q.get(k)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| bad(format!("{k}={v:?}: Unix seconds expected")))
-            })
-            .transpose()
-    };
+    let num = |k: &str| query_number::<u64>(&q, k, "Unix seconds expected");
     let (from, to) = (num("from")?, num("to")?);
     let res_name = q
         .get("resolution")

@@ -275,6 +275,21 @@ pub(crate) fn bad(message: String) -> ApiError {
     ApiError(StatusCode::BAD_REQUEST, message)
 }
 
+/// The query parameter `k` as a number, None when absent; a 400 naming it (and saying what
+/// was `expected`) when it is not one.
+pub(crate) fn query_number<T: std::str::FromStr>(
+    q: &std::collections::HashMap<String, String>,
+    k: &str,
+    expected: &str,
+) -> Result<Option<T>, ApiError> {
+    q.get(k)
+        .map(|v| {
+            v.parse::<T>()
+                .map_err(|_| bad(format!("{k}={v:?}: {expected}")))
+        })
+        .transpose()
+}
+
 pub(crate) fn internal(message: String) -> ApiError {
     ApiError(StatusCode::INTERNAL_SERVER_ERROR, message)
 }
@@ -604,14 +619,7 @@ async fn flows(
             )))
         }
     };
-    let num = |k: &str| -> Result<Option<u64>, ApiError> {
-        q.get(k)
-            .map(|v| {
-                v.parse::<u64>()
-                    .map_err(|_| bad(format!("{k}={v:?}: not a number")))
-            })
-            .transpose()
-    };
+    let num = |k: &str| query_number::<u64>(&q, k, "not a number");
     let (port, proto, vlan) = (num("port")?, num("proto")?, num("vlan")?);
     // A host is an address (either end) or a prefix.
     let host = q
