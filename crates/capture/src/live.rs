@@ -199,7 +199,7 @@ pub struct OfflineFilter {
 
 impl OfflineFilter {
     pub fn compile(filter: &str, link: LinkType) -> Result<OfflineFilter, CaptureError> {
-        let dead = pcap::Capture::dead(pcap::Linktype(link.to_linktype() as i32)).map_err(|e| {
+        let dead = pcap::Capture::dead(pcap::Linktype(link.to_dlt() as i32)).map_err(|e| {
             CaptureError::BadFilter {
                 filter: filter.to_string(),
                 detail: e.to_string(),

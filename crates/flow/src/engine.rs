@@ -12,9 +12,12 @@ use crate::key::{Dir, FlowKey};
 use crate::series::{Gauges, SeriesAcc, SeriesTick};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
+use sonde_analytics::ShardAnalytics;
 use sonde_dpi::{Dpi, FlowDpi, Meta};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 
+mod analytics;
+pub use analytics::quotes_a_packet;
 mod collect;
 pub use collect::decoded_from_record;
 mod l7;
@@ -34,11 +37,17 @@ pub struct Span {
 /// Payload bytes of a batch of decoded packets, for DPI: `spans[i]` is packet i's in `bytes`
 /// (copied), or `direct[i]` its (IP packet, payload) in the frame itself (no copy, when the
 /// frames outlive the batch); both empty when DPI is off.
+///
+/// With filter-sets, `marks[i]` is packet i's filter-set mask (`sonde_analytics::filterset`,
+/// worked out where its frame was) and `wire_lens[i]` its length on the wire; both empty
+/// without.
 #[derive(Clone, Copy, Debug)]
 pub struct Payloads<'a> {
     pub bytes: &'a [u8],
     pub spans: &'a [Span],
     pub direct: &'a [Option<(&'a [u8], &'a [u8])>],
+    pub marks: &'a [u128],
+    pub wire_lens: &'a [u32],
 }
 
 impl Payloads<'_> {
@@ -46,6 +55,8 @@ impl Payloads<'_> {
         bytes: &[],
         spans: &[],
         direct: &[],
+        marks: &[],
+        wire_lens: &[],
     };
 
     /// Packet i's (IP packet, transport payload), when it has a payload.
@@ -227,6 +238,11 @@ pub struct Engine {
     series: Option<Box<SeriesAcc>>,
     /// Hosts created since the last [`Engine::take_new_hosts`] (with `list_new_hosts`).
     new_hosts: Vec<HostKey>,
+    /// Filter-sets, top-N and anomaly lists, DDoS rates (see `engine/analytics.rs`).
+    analytics: Option<Box<ShardAnalytics>>,
+    /// Filter-set masks and wire lengths of the pending batch (with filter-sets).
+    marks: [u128; BATCH],
+    wire_lens: [u32; BATCH],
 }
 
 struct Arena {
@@ -279,6 +295,9 @@ impl Engine {
             dpi_active: Vec::new(),
             dpi_meta: Vec::new(),
             exporters: Vec::new(),
+            analytics: None,
+            marks: [0; BATCH],
+            wire_lens: [0; BATCH],
             cfg: EngineConfig { max_flows, ..cfg },
         }
     }
@@ -290,14 +309,34 @@ impl Engine {
     /// Turns application detection on (with this detector set) or off.
     pub fn set_dpi(&mut self, dpi: Option<Dpi>) {
         self.flush_batch();
-        self.arena = dpi.as_ref().map(|d| {
+        self.dpi = dpi;
+        self.make_arena();
+    }
+
+    /// Payloads are copied for DPI, and for ICMP errors when analytics are on (the packet
+    /// they quote).
+    fn make_arena(&mut self) {
+        self.arena = (self.dpi.is_some() || self.analytics.is_some()).then(|| {
             Box::new(Arena {
-                headers: d.backend() == sonde_dpi::Backend::Ndpi,
+                headers: self
+                    .dpi
+                    .as_ref()
+                    .is_some_and(|d| d.backend() == sonde_dpi::Backend::Ndpi),
                 bytes: Vec::with_capacity(BATCH * 256),
                 spans: [Span::default(); BATCH],
             })
         });
-        self.dpi = dpi;
+    }
+
+    /// Turns traffic analytics (filter-sets, top-N and anomaly lists, DDoS rates) on or off.
+    pub fn set_analytics(&mut self, a: Option<ShardAnalytics>) {
+        self.flush_batch();
+        self.analytics = a.map(Box::new);
+        self.make_arena();
+    }
+
+    pub fn analytics(&self) -> Option<&ShardAnalytics> {
+        self.analytics.as_deref()
     }
 
     pub fn dpi_enabled(&self) -> bool {
@@ -314,6 +353,8 @@ impl Engine {
         };
         let headers = self.arena.as_ref().is_some_and(|a| a.headers);
         let dpi = self.dpi.is_some();
+        let analytics = self.analytics.is_some();
+        let filters = self.analytics.as_ref().is_some_and(|a| a.filters.is_some());
         let mut refs: [Option<(&[u8], &[u8])>; BATCH] = [None; BATCH];
         let mut ts = [0u64; BATCH];
         let mut i = 0;
@@ -336,17 +377,29 @@ impl Engine {
                 {
                     Ok(Outcome::Ip) => {
                         ts[n] = f.ts_ns;
-                        if dpi {
+                        if dpi || (analytics && analytics::quotes_a_packet(&decoded[n])) {
                             refs[n] = payload_in_frame(&decoded[n], f.data, headers);
+                        }
+                        if filters {
+                            self.mark(link, f, &decoded[n], n);
                         }
                         n += 1;
                     }
-                    Ok(Outcome::NonIp) => self.stats.non_ip += 1,
-                    Err(m) => self.stats.malformed[m as usize] += 1,
+                    Ok(Outcome::NonIp) => {
+                        self.stats.non_ip += 1;
+                        self.count_unflowed(link, f);
+                    }
+                    Err(m) => {
+                        self.stats.malformed[m as usize] += 1;
+                        self.count_unflowed(link, f);
+                    }
                 }
             }
+            let (marks, wire_lens) = (self.marks, self.wire_lens);
             let p = Payloads {
-                direct: if dpi { &refs[..n] } else { &[] },
+                direct: if dpi || analytics { &refs[..n] } else { &[] },
+                marks: if filters { &marks[..n] } else { &[] },
+                wire_lens: if filters { &wire_lens[..n] } else { &[] },
                 ..Payloads::NONE
             };
             self.account(&decoded[..n], &ts[..n], p);
@@ -376,16 +429,31 @@ impl Engine {
         {
             Ok(Outcome::Ip) => {
                 self.ts[n] = f.ts_ns;
+                let dpi = self.dpi.is_some();
                 if let Some(a) = self.arena.as_mut() {
-                    a.spans[n] = copy_payload(&decoded[n], f.data, &mut a.bytes, a.headers);
+                    a.spans[n] = if dpi || analytics::quotes_a_packet(&decoded[n]) {
+                        copy_payload(&decoded[n], f.data, &mut a.bytes, a.headers)
+                    } else {
+                        Span::default()
+                    };
+                }
+                if self.analytics.as_ref().is_some_and(|a| a.filters.is_some()) {
+                    let d = decoded[n];
+                    self.mark(link, f, &d, n);
                 }
                 self.pending = n + 1;
                 if self.pending == BATCH {
                     self.flush_batch();
                 }
             }
-            Ok(Outcome::NonIp) => self.stats.non_ip += 1,
-            Err(m) => self.stats.malformed[m as usize] += 1,
+            Ok(Outcome::NonIp) => {
+                self.stats.non_ip += 1;
+                self.count_unflowed(link, f);
+            }
+            Err(m) => {
+                self.stats.malformed[m as usize] += 1;
+                self.count_unflowed(link, f);
+            }
         }
     }
 
@@ -400,18 +468,35 @@ impl Engine {
         // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
         if let Some(decoded) = self.decoded.take() {
             let ts = self.ts;
+            let filters = self.analytics.as_ref().is_some_and(|a| a.filters.is_some());
+            let (marks, wire_lens) = (self.marks, self.wire_lens);
+            let (marks, wire_lens): (&[u128], &[u32]) = if filters {
+                (&marks[..n], &wire_lens[..n])
+            } else {
+                (&[], &[])
+            };
             match self.arena.take() {
                 Some(mut a) => {
                     let p = Payloads {
                         bytes: &a.bytes,
                         spans: &a.spans[..n],
                         direct: &[],
+                        marks,
+                        wire_lens,
                     };
                     self.account(&decoded[..n], &ts[..n], p);
                     a.bytes.clear();
                     self.arena = Some(a);
                 }
-                None => self.account(&decoded[..n], &ts[..n], Payloads::NONE),
+                None => self.account(
+                    &decoded[..n],
+                    &ts[..n],
+                    Payloads {
+                        marks,
+                        wire_lens,
+                        ..Payloads::NONE
+                    },
+                ),
             }
             self.decoded = Some(decoded);
         }
@@ -434,6 +519,8 @@ impl Engine {
                 bytes: payloads.bytes,
                 spans: payloads.spans.get(start..end).unwrap_or(&[]),
                 direct: payloads.direct.get(start..end).unwrap_or(&[]),
+                marks: payloads.marks.get(start..end).unwrap_or(&[]),
+                wire_lens: payloads.wire_lens.get(start..end).unwrap_or(&[]),
             };
             self.account(&packets[start..end], &ts[start..end], p);
             start = end;
@@ -464,6 +551,9 @@ impl Engine {
                 let tag = key.hash() as u32;
                 let slot = self.lookup_or_create(&key, tag, dir, p, t);
                 self.update(slot, dir, p, t);
+                if self.analytics.is_some() {
+                    self.analyze(i, slot, dir, p, &payloads);
+                }
                 if let Some((ip, payload)) = payloads.get(i) {
                     if self.needs_dpi(slot) {
                         self.dpi_packet(slot, dir, p, ip, payload, t);
@@ -514,6 +604,9 @@ impl Engine {
         for i in 0..n {
             let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], ts[i]);
             self.update(slot, dirs[i], &pkts[i], ts[i]);
+            if self.analytics.is_some() {
+                self.analyze(i, slot, dirs[i], &pkts[i], &payloads);
+            }
             if let Some((ip, payload)) = payloads.get(i) {
                 if self.needs_dpi(slot) {
                     self.dpi_packet(slot, dirs[i], &pkts[i], ip, payload, ts[i]);
@@ -571,6 +664,7 @@ impl Engine {
         } else {
             [None, None]
         };
+        let mut created_hosts = [false; 2];
         for (side, mac) in macs.into_iter().enumerate() {
             let addr = if side == 0 { key.addr_a } else { key.addr_b };
             let hk = HostKey {
@@ -587,6 +681,7 @@ impl Engine {
             };
             match self.hosts.get_or_insert(&hk, ts_ns, mac) {
                 Some((hslot, created)) => {
+                    created_hosts[side] = created;
                     if created {
                         self.stats.hosts_created += 1;
                         if self.cfg.list_new_hosts {
@@ -621,17 +716,33 @@ impl Engine {
         if let Some(s) = self.series.as_deref_mut() {
             s.on_create(&self.flows[slot as usize], NO_HOST);
         }
+        if self.analytics.is_some() {
+            self.analytics_created(slot, created_hosts);
+        }
         slot
     }
 
     /// Adds a flow's not-yet-flushed counts to its hosts.
     #[inline]
-    fn flush_to_hosts(hosts: &mut HostTable, series: Option<&mut SeriesAcc>, f: &mut Flow) {
+    fn flush_to_hosts(
+        hosts: &mut HostTable,
+        series: Option<&mut SeriesAcc>,
+        analytics: Option<&mut ShardAnalytics>,
+        f: &mut Flow,
+    ) {
         if f.pending_pkts == [0, 0] {
             return;
         }
         if let Some(s) = series {
             s.on_flush(f, NO_HOST);
+        }
+        if let Some(a) = analytics {
+            let pkts = [f.pending_pkts[0] as u64, f.pending_pkts[1] as u64];
+            a.flow_flushed(&analytics::flow_hosts(f), pkts, f.pending_bytes);
+            f.ivl_bytes += f.pending_bytes[0] + f.pending_bytes[1];
+            f.ivl_pkts = f
+                .ivl_pkts
+                .saturating_add(f.pending_pkts[0].saturating_add(f.pending_pkts[1]));
         }
         let [ha, hb] = f.hosts;
         if ha != NO_HOST {
@@ -656,7 +767,12 @@ impl Engine {
 
     fn remove(&mut self, slot: u32, reason: EndReason) {
         let f = &mut self.flows[slot as usize];
-        Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
+        Self::flush_to_hosts(
+            &mut self.hosts,
+            self.series.as_deref_mut(),
+            self.analytics.as_deref_mut(),
+            f,
+        );
         for h in f.hosts {
             if h != NO_HOST {
                 let host = self.hosts.get_mut(h);
@@ -666,6 +782,9 @@ impl Engine {
         f.live = false;
         if let Some(s) = self.series.as_deref_mut() {
             s.on_end(f);
+        }
+        if let Some(a) = self.analytics.as_deref_mut() {
+            a.flow_ended(Self::take_flow_ivl(f));
         }
         let key = f.key;
         let meta = self.dpi_end(slot);
@@ -711,13 +830,22 @@ impl Engine {
                 if next.live && next.pending_pkts != [0, 0] {
                     self.hosts.prefetch(next.hosts[0]);
                     self.hosts.prefetch(next.hosts[1]);
+                    if let Some(a) = self.analytics.as_deref() {
+                        a.prefetch(next.hosts[0]);
+                        a.prefetch(next.hosts[1]);
+                    }
                 }
             }
             let f = &mut self.flows[slot];
             if !f.live {
                 continue;
             }
-            Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
+            Self::flush_to_hosts(
+                &mut self.hosts,
+                self.series.as_deref_mut(),
+                self.analytics.as_deref_mut(),
+                f,
+            );
             let idle = now.saturating_sub(f.last_ns);
             let closed = f.tcp_state == crate::flow::TcpState::Closed;
             if closed && idle >= cfg.tcp_end_timeout_ns {
@@ -758,12 +886,23 @@ impl Engine {
             let start = self.interval_start_s();
             self.close_series_at(start);
         }
+        if self.analytics.is_some() {
+            let start = self.interval_start_s();
+            self.analytics_tick(start, now / 1_000_000_000);
+        }
         self.ticks += 1;
         if self.ticks.is_multiple_of(HOST_PURGE_EVERY_TICKS) {
             let out = cfg.report_purged_hosts.then_some(&mut self.purged_hosts);
-            let purged = self
-                .hosts
-                .purge(now.saturating_sub(cfg.host_idle_timeout_ns), out);
+            let analytics = &mut self.analytics;
+            let purged = self.hosts.purge(
+                now.saturating_sub(cfg.host_idle_timeout_ns),
+                out,
+                |slot, h| {
+                    if let Some(a) = analytics.as_deref_mut() {
+                        a.host_purged(slot, analytics::host_addr(&h.key));
+                    }
+                },
+            );
             self.stats.hosts_purged += purged;
         }
         self.next_tick_ns = (now / cfg.tick_ns + 1) * cfg.tick_ns;
@@ -868,7 +1007,8 @@ impl Engine {
             + self.flows.len() * std::mem::size_of::<Flow>()
             + self.free.capacity() * 4
             + self.hosts.memory_bytes()
-            + (self.dpi_active.capacity() + self.dpi_meta.capacity()) * 8)
+            + (self.dpi_active.capacity() + self.dpi_meta.capacity()) * 8
+            + self.analytics.as_deref().map_or(0, ShardAnalytics::memory_bytes))
             as u64;
         s.last_packet_ns = self.now_ns;
         s
@@ -945,7 +1085,12 @@ impl Engine {
     /// The host table, after bringing host counters up to date.
     pub fn hosts(&mut self) -> &HostTable {
         for f in self.flows.iter_mut().filter(|f| f.live) {
-            Self::flush_to_hosts(&mut self.hosts, self.series.as_deref_mut(), f);
+            Self::flush_to_hosts(
+                &mut self.hosts,
+                self.series.as_deref_mut(),
+                self.analytics.as_deref_mut(),
+                f,
+            );
         }
         &self.hosts
     }
@@ -1008,8 +1153,13 @@ impl Engine {
             active_hosts: self.hosts.len() as u64,
             drops: self.stats.dropped.iter().sum(),
         };
+        let filters = self
+            .analytics
+            .as_deref()
+            .and_then(|a| a.filters.as_ref())
+            .map(|f| &f.second);
         if let Some(s) = self.series.as_deref_mut() {
-            s.close(start, &self.hosts, &self.exporters, gauges);
+            s.close(start, &self.hosts, &self.exporters, gauges, filters);
         }
     }
 }

@@ -113,14 +113,19 @@ pub struct Flow {
     pub pkts: [u64; 2],
     // --- second line ---
     pub bytes: [u64; 2],
-    pub first_ns: u64,
-    /// Start of the current record (first packet, or the last active-timeout export).
-    pub record_start_ns: u64,
     /// Counts not yet added to the host table (flushed every tick and at the end).
     pub pending_bytes: [u64; 2],
     pub pending_pkts: [u32; 2],
     pub hosts: [u32; 2],
+    /// The filter-set expressions a flow caches (see `sonde_analytics::filterset`) that its
+    /// packets match, per direction: read per packet, so on this line.
+    pub filter_mask: [u32; 2],
+    /// Bytes of both directions in the current analytics interval (added at each flush).
+    pub ivl_bytes: u64,
     // --- the rest: TCP and metadata ---
+    pub first_ns: u64,
+    /// Start of the current record (first packet, or the last active-timeout export).
+    pub record_start_ns: u64,
     pub syn_ns: u64,
     pub synack_ns: u64,
     /// Handshake RTT halves in microseconds: SYN → SYN/ACK (server side) and SYN/ACK → ACK
@@ -152,6 +157,8 @@ pub struct Flow {
     pub in_if: u32,
     pub out_if: u32,
     pub sampling: u32,
+    /// Packets of both directions in the current analytics interval.
+    pub ivl_pkts: u32,
 }
 
 impl Default for Flow {
@@ -166,6 +173,8 @@ impl Default for Flow {
             pending_bytes: [0; 2],
             pending_pkts: [0; 2],
             hosts: [NO_HOST; 2],
+            filter_mask: [0; 2],
+            ivl_bytes: 0,
             syn_ns: 0,
             synack_ns: 0,
             rtt_server_us: 0,
@@ -190,6 +199,7 @@ impl Default for Flow {
             in_if: 0,
             out_if: 0,
             sampling: 0,
+            ivl_pkts: 0,
         }
     }
 }
@@ -513,5 +523,10 @@ mod tests {
         let pkts_end = &f.pkts as *const _ as usize + 16;
         assert!(pkts_end - base <= 64);
         assert_eq!(std::mem::align_of::<Flow>(), 64);
+        // The flush and the filter-set count read the second line only.
+        let ivl_end = &f.ivl_bytes as *const _ as usize + 8;
+        assert!(ivl_end - base <= 128);
+        // Four cache lines, no more: a million flows are 256 MB.
+        assert_eq!(std::mem::size_of::<Flow>(), 256);
     }
 }

@@ -165,12 +165,19 @@ impl HostTable {
     }
 
     /// Removes hosts that have no flow and were last seen before `idle_before_ns`; with
-    /// `out`, their final counters are appended to it (so a host report loses nothing).
-    pub fn purge(&mut self, idle_before_ns: u64, mut out: Option<&mut Vec<Host>>) -> u64 {
+    /// `out`, their final counters are appended to it (so a host report loses nothing);
+    /// `gone` is told each purged host's slot.
+    pub fn purge(
+        &mut self,
+        idle_before_ns: u64,
+        mut out: Option<&mut Vec<Host>>,
+        mut gone: impl FnMut(u32, &Host),
+    ) -> u64 {
         let mut purged = 0;
         for slot in 0..self.hosts.len() {
             let h = self.hosts[slot];
             if h.live && h.active_flows == 0 && h.last_ns < idle_before_ns {
+                gone(slot as u32, &h);
                 if let Some(out) = out.as_deref_mut() {
                     out.push(Host { live: false, ..h });
                 }

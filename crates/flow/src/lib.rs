@@ -20,7 +20,8 @@ pub mod stats;
 pub mod table;
 
 pub use engine::{
-    copy_payload, decoded_from_record, Engine, EngineConfig, FullPolicy, PacketRef, Payloads, Span,
+    copy_payload, decoded_from_record, quotes_a_packet, Engine, EngineConfig, FullPolicy,
+    PacketRef, Payloads, Span,
 };
 pub use flow::{EndReason, Flow, FlowRecord, FlowRow};
 pub use host::{Host, HostTable};

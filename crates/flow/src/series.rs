@@ -62,6 +62,8 @@ pub struct SeriesTick {
     pub apps: Vec<(AppKey, IntervalCounts)>,
     pub hosts: Vec<(HostKey, IntervalCounts)>,
     pub exporters: Vec<(ExporterKey, IntervalCounts)>,
+    /// Filter-set expressions that matched in the interval: (expression, packets, bytes).
+    pub filters: Vec<(u16, u64, u64)>,
     pub gauges: Gauges,
 }
 
@@ -161,6 +163,7 @@ impl SeriesAcc {
         hosts: &HostTable,
         exporters: &[ExporterKey],
         mut gauges: Gauges,
+        filters: Option<&sonde_analytics::FilterCounts>,
     ) {
         self.closed_through = Some(self.closed_through.map_or(second, |c| c.max(second)));
         let mut tick = SeriesTick {
@@ -187,9 +190,16 @@ impl SeriesAcc {
         gauges.drops = total_drops.saturating_sub(self.drops_before);
         self.drops_before = total_drops;
         tick.gauges = gauges;
+        if let Some(f) = filters {
+            tick.filters = (0..f.packets.len())
+                .filter(|&i| f.packets[i] > 0)
+                .map(|i| (i as u16, f.packets[i], f.bytes[i]))
+                .collect();
+        }
         let empty = tick.interface.is_zero()
             && tick.apps.is_empty()
             && tick.hosts.is_empty()
+            && tick.filters.is_empty()
             && gauges.drops == 0;
         if !empty {
             self.ready.push(tick);

@@ -27,7 +27,8 @@
 //! keeps the last `slots` intervals. All numbers are little-endian.
 //!
 //! ```text
-//! header: "SONDERNG" | format u32 | family u32 (0 interface, 1 hosts, 2 apps, 3 exporters) |
+//! header: "SONDERNG" | format u32 | family u32 (0 interface, 1 hosts, 2 apps, 3 exporters,
+//!         4 filters) |
 //!         block u32 (NNNN) | resolution seconds u32 | slots u32 | columns u32 (4096) |
 //!         values per column u32 | 24 zero bytes | crc32 of the 60 bytes before it u32
 //! row:    time u64 | columns n u32 | 0 u32 | n columns of values | !time u64 (the trailer)
@@ -64,7 +65,7 @@
 //!
 //! ```text
 //! "SONDECKP" | format u32 | flags u32 (bit 0: committed is set) | committed u64 |
-//! unsure_from u64 | horizon u64 | keys per family 4 x u32 | 0 u32 | crc32 of the 60 bytes u32
+//! unsure_from u64 | horizon u64 | keys per family 5 x u32 | crc32 of the 60 bytes u32
 //! ```
 //!
 //! Rows of intervals that end at or before `committed` are durable. Every row written before the
@@ -137,14 +138,18 @@ pub enum Family {
     Hosts,
     Apps,
     Exporters,
+    /// Filter-set expressions (`SET/LABEL`): matched packets and bytes in `packets_in` and
+    /// `bytes_in`.
+    Filters,
 }
 
 impl Family {
-    pub const ALL: [Family; 4] = [
+    pub const ALL: [Family; 5] = [
         Family::Interface,
         Family::Hosts,
         Family::Apps,
         Family::Exporters,
+        Family::Filters,
     ];
 
     /// The directory name under `DATA_DIR/series/`.
@@ -154,6 +159,7 @@ impl Family {
             Family::Hosts => "hosts",
             Family::Apps => "apps",
             Family::Exporters => "exporters",
+            Family::Filters => "filters",
         }
     }
 
@@ -641,7 +647,9 @@ struct Checkpoint {
     committed: Option<u64>,
     unsure_from: u64,
     horizon: u64,
-    key_counts: [u32; 4],
+    /// Keys durable per family. The fifth (filters) sits where format 1 first had a zero, so a
+    /// checkpoint written before filter-sets existed reads as 0 filter keys.
+    key_counts: [u32; 5],
 }
 
 impl Checkpoint {
@@ -699,7 +707,7 @@ impl Checkpoint {
             committed: (flags & 1 != 0).then(|| u64_at(&data, 16)),
             unsure_from: u64_at(&data, 24),
             horizon: u64_at(&data, 32),
-            key_counts: [0, 1, 2, 3].map(|i| u32_at(&data, 40 + 4 * i)),
+            key_counts: [0, 1, 2, 3, 4].map(|i| u32_at(&data, 40 + 4 * i)),
         }))
     }
 }
@@ -1580,7 +1588,7 @@ impl SeriesWriter {
     /// fdatasyncs what was written, then writes the CHECKPOINT record. `step`: the second about
     /// to be written, when the horizon has to move past it.
     fn sync(&mut self, step: Option<u64>) -> Result<(), StoreError> {
-        let mut key_counts = [0u32; 4];
+        let mut key_counts = [0u32; 5];
         for f in &mut self.families {
             f.flush_keys()?;
             f.sync()?;

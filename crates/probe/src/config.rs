@@ -47,6 +47,8 @@ pub struct ProbeConfig {
     /// At the end of the input, keep the flows and hosts in memory (readers can still look at
     /// them, e.g. through the REST API) until the stop flag is set or `duration` is over.
     pub linger: bool,
+    /// Traffic analytics: filter-sets, top-N and anomaly lists, DDoS thresholds (None: off).
+    pub analytics: Option<crate::AnalyticsSettings>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -68,6 +70,7 @@ impl ProbeConfig {
             extra_sinks: Vec::new(),
             series: None,
             linger: false,
+            analytics: None,
         }
     }
 }

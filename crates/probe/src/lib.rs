@@ -6,6 +6,7 @@
 //! reader, expired flow records to the sink) or as periodic copies (stats every few thousand
 //! packets, snapshots on request between batches), so readers never stop packet processing.
 
+mod analytics_sink;
 mod collect;
 mod config;
 mod flow_export;
@@ -18,12 +19,13 @@ mod shard;
 pub mod sinks;
 mod zmq_sink;
 
+pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
 pub use collect::CollectSource;
 pub use config::{Input, ProbeConfig, Replay, SinkFactory};
 pub use flow_export::{ExportTarget, FlowExportSink};
 pub use history_sink::HistorySink;
 pub use host_cache::HostCacheReport;
-pub use report::{format_count, stats_line, summary_json};
+pub use report::{filter_sets_json, format_count, stats_line, summary_json};
 pub use run::{start, Probe, ProbeError, ProbeView, Summary};
 pub use series_sink::SeriesReport;
 pub use zmq_sink::ZmqSink;

@@ -173,6 +173,14 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "restored": r.restored,
             "cached": r.cached,
         })),
+        "filter_sets": s.filter_sets.as_ref().map(|(sets, counts)| filter_sets_json(sets, counts)),
+        "analytics": s.analytics.as_ref().map(|a| serde_json::json!({
+            "detections": a.detections,
+            "intervals": a.intervals,
+            "seconds": a.seconds,
+            "late_reports": a.late_reports,
+            "alerts_written": a.alerts_written,
+        })),
         "table_memory_bytes": t.table_memory,
         "elapsed_s": elapsed,
         "cpu_s": cpu_s,
@@ -180,6 +188,30 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
         "max_rss_bytes": max_rss,
         "error": s.error.as_ref().map(|e| e.to_string()),
     })
+}
+
+/// `{SET: {LABEL: {packets, bytes}}}`, sets and labels in the order they were declared.
+pub fn filter_sets_json(
+    sets: &sonde_analytics::FilterSets,
+    counts: &sonde_analytics::FilterCounts,
+) -> Value {
+    let mut out = Map::new();
+    for &i in &sets.order {
+        let e = &sets.exprs[i];
+        let set = out
+            .entry(e.set.clone())
+            .or_insert_with(|| Value::Object(Map::new()));
+        if let Value::Object(m) = set {
+            m.insert(
+                e.label.clone(),
+                json!({
+                    "packets": counts.packets.get(i).copied().unwrap_or(0),
+                    "bytes": counts.bytes.get(i).copied().unwrap_or(0),
+                }),
+            );
+        }
+    }
+    Value::Object(out)
 }
 
 #[cfg(test)]

@@ -76,6 +76,13 @@ pub struct Summary {
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
     pub error: Option<CaptureError>,
+    /// What the analytics did (with analytics on).
+    pub analytics: Option<crate::AnalyticsReport>,
+    /// Filter-set totals, every shard added up, with the sets they belong to.
+    pub filter_sets: Option<(
+        Arc<sonde_analytics::FilterSets>,
+        sonde_analytics::FilterCounts,
+    )>,
 }
 
 /// What the sink thread hands back: every sink's report, or the sink that failed and why.
@@ -104,6 +111,8 @@ pub struct Probe {
     deadline: Option<Instant>,
     /// Names learnt from DNS answers (with DPI on), for readers.
     dns: Option<Arc<DnsCache>>,
+    analytics: Option<JoinHandle<Result<crate::AnalyticsReport, String>>>,
+    analytics_view: Option<crate::AnalyticsView>,
 }
 
 impl Probe {
@@ -128,6 +137,7 @@ impl Probe {
             shared: self.shared.clone(),
             started: self.started,
             dns: self.dns.clone(),
+            analytics: self.analytics_view.clone(),
         }
     }
 
@@ -170,7 +180,11 @@ impl Probe {
         let mut shards = Vec::new();
         let mut host_parts = Vec::new();
         let mut live_hosts = 0;
+        let mut filters: Option<sonde_analytics::FilterCounts> = None;
         for o in outputs {
+            if let Some(f) = &o.filters {
+                filters.get_or_insert_with(Default::default).merge(f);
+            }
             live_hosts += o.live_hosts;
             total.merge(&o.stats);
             shards.push(o.stats);
@@ -237,8 +251,29 @@ impl Probe {
             ),
             None => None,
         };
+        let analytics = match self.analytics.take() {
+            Some(h) => Some(
+                h.join()
+                    .expect("analytics thread panicked")
+                    .map_err(ProbeError::Config)?,
+            ),
+            None => None,
+        };
+        let filter_sets = self
+            .analytics_view
+            .as_ref()
+            .and_then(|v| v.config.filter_sets.clone())
+            .map(|sets| {
+                let n = sets.len();
+                (
+                    sets,
+                    filters.unwrap_or_else(|| sonde_analytics::FilterCounts::new(n)),
+                )
+            });
         let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Summary {
+            analytics,
+            filter_sets,
             series,
             host_cache,
             total,
@@ -265,9 +300,15 @@ pub struct ProbeView {
     shared: Vec<Arc<Shared>>,
     started: Instant,
     dns: Option<Arc<DnsCache>>,
+    analytics: Option<crate::AnalyticsView>,
 }
 
 impl ProbeView {
+    /// Filter-sets, top-N and anomaly lists, detections (None with analytics off).
+    pub fn analytics(&self) -> Option<&crate::AnalyticsView> {
+        self.analytics.as_ref()
+    }
+
     /// Names clients resolved with DNS, by answered address (None with DPI off).
     pub fn dns_names(&self) -> Option<&DnsCache> {
         self.dns.as_deref()
@@ -512,7 +553,16 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     };
     let series = match &cfg.series {
         Some((dir, config)) => {
-            Some(crate::series_sink::start(dir, *config, threads).map_err(ProbeError::Config)?)
+            let keys = cfg
+                .analytics
+                .as_ref()
+                .and_then(|a| a.config.filter_sets.as_ref())
+                .map(|s| (0..s.len()).map(|i| s.key(i)).collect())
+                .unwrap_or_default();
+            Some(
+                crate::series_sink::start(dir, *config, threads, keys)
+                    .map_err(ProbeError::Config)?,
+            )
         }
         None => None,
     };
@@ -527,6 +577,20 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             Some(crate::host_cache::start(dir, txs).map_err(ProbeError::Config)?)
         }
         None => None,
+    };
+    let watch = Arc::new(sonde_analytics::WatchList::default());
+    let analytics_config = cfg.analytics.as_ref().map(|a| {
+        Arc::new(sonde_analytics::AnalyticsConfig {
+            shards: threads,
+            ..a.config.clone()
+        })
+    });
+    let analytics = match (&cfg.analytics, &analytics_config) {
+        (Some(a), Some(c)) => Some(
+            crate::analytics_sink::start(a, c.clone(), watch.clone())
+                .map_err(ProbeError::Config)?,
+        ),
+        _ => None,
     };
     let per_shard = EngineConfig {
         report_purged_hosts: host_sink.is_some() || host_cache.is_some(),
@@ -551,8 +615,16 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let mut e = Engine::new(per_shard);
                 let dpi = cfg.dpi.clone().map(Dpi::new).transpose();
                 e.set_dpi(dpi.map_err(|e| ProbeError::Config(format!("--dpi: {e}")))?);
+                e.set_analytics(
+                    analytics_config
+                        .clone()
+                        .map(|c| sonde_analytics::ShardAnalytics::new(c, watch.clone())),
+                );
                 e
             },
+            analytics: analytics
+                .as_ref()
+                .map(|(tx, _, _)| (ctxs.len(), tx.clone())),
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
@@ -582,6 +654,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     // last shard does.
     let series = series.map(|(_, h)| h);
     let host_cache = host_cache.map(|(_, h)| h);
+    let (analytics, analytics_view) = match analytics {
+        Some((_, h, view)) => (Some(h), Some(view)),
+        None => (None, None),
+    };
 
     let spawn = |name: String,
                  f: Box<dyn FnOnce() -> ShardOutput + Send>|
@@ -639,13 +715,16 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
                 let tick_ns = per_shard.tick_ns;
                 let dpi = cfg.dpi.as_ref().map(|d| d.backend);
+                let marks = analytics_config
+                    .as_ref()
+                    .map(|c| (c.filter_sets.clone().map(sonde_analytics::FilterEval::new),));
                 reader = Some(
                     std::thread::Builder::new()
                         .name("reader".into())
                         .spawn(move || {
                             read_and_dispatch(
                                 src, filters, pacer, txs, recycle_rx, progress, error, stop,
-                                tick_ns, dpi,
+                                tick_ns, dpi, marks,
                             )
                         })
                         .map_err(|e| {
@@ -763,6 +842,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         collector_counters,
         has_flows_file: cfg.flows_out.is_some(),
         dns: cfg.dpi.as_ref().map(|d| d.dns_cache.clone()),
+        analytics,
+        analytics_view,
         progress,
         file_len,
         error,
@@ -787,9 +868,15 @@ fn read_and_dispatch(
     stop: Arc<AtomicBool>,
     tick_ns: u64,
     dpi: Option<Backend>,
+    // With analytics on: the filter-sets' evaluator, when there are filter-sets.
+    analytics: Option<(Option<sonde_analytics::FilterEval>,)>,
 ) -> ShardStats {
     let headers = dpi == Some(Backend::Ndpi);
     let dpi = dpi.is_some();
+    let (analytics, mut marks) = match analytics {
+        Some((m,)) => (true, m),
+        None => (false, None),
+    };
     let n = txs.len() as u64;
     let tick_ns = tick_ns.max(1);
     let mut stats = ShardStats::default();
@@ -800,6 +887,9 @@ fn read_and_dispatch(
         payload_bytes: Vec::new(),
         spans: Vec::new(),
         clock_ns: 0,
+        marks: Vec::new(),
+        wire_lens: Vec::new(),
+        unflowed: Vec::new(),
     };
     let mut batches: Vec<DecodedBatch> = (0..n).map(|_| new_batch()).collect();
     let mut d = Decoded::default();
@@ -842,9 +932,17 @@ fn read_and_dispatch(
                         let (key, _) = FlowKey::from_packet(&d);
                         let shard = ((key.hash() >> 32) % n) as usize;
                         let b = &mut batches[shard];
-                        if dpi {
-                            let span = copy_payload(&d, f.data, &mut b.payload_bytes, headers);
+                        if dpi || analytics {
+                            let span = if dpi || sonde_flow::quotes_a_packet(&d) {
+                                copy_payload(&d, f.data, &mut b.payload_bytes, headers)
+                            } else {
+                                sonde_flow::Span::default()
+                            };
                             b.spans.push(span);
+                        }
+                        if let Some(m) = marks.as_mut() {
+                            b.marks.push(m.packet_mask(link, f.data, f.wire_len, &d));
+                            b.wire_lens.push(f.wire_len);
                         }
                         b.pkts.push(d);
                         b.ts.push(f.ts_ns);
@@ -852,8 +950,23 @@ fn read_and_dispatch(
                             send(&mut batches, shard);
                         }
                     }
-                    Ok(Outcome::NonIp) => stats.non_ip += 1,
-                    Err(m) => stats.malformed[m as usize] += 1,
+                    Ok(Outcome::NonIp) => {
+                        stats.non_ip += 1;
+                        if let Some(m) = marks.as_mut() {
+                            let mask = m.frame_mask(link, f.data, f.wire_len);
+                            batches[0].unflowed.push((mask, f.wire_len));
+                        }
+                    }
+                    Err(e) => {
+                        stats.malformed[e as usize] += 1;
+                        if let Some(m) = marks.as_mut() {
+                            let mask = m.frame_mask(link, f.data, f.wire_len);
+                            batches[0].unflowed.push((mask, f.wire_len));
+                        }
+                    }
+                }
+                if batches[0].unflowed.len() >= DISPATCH_BATCH {
+                    send(&mut batches, 0);
                 }
                 count += 1;
                 if count.is_multiple_of(65_536) {
@@ -871,7 +984,7 @@ fn read_and_dispatch(
         }
     }
     for i in 0..batches.len() {
-        if !batches[i].pkts.is_empty() {
+        if !batches[i].pkts.is_empty() || !batches[i].unflowed.is_empty() {
             send(&mut batches, i);
         }
     }

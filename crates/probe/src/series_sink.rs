@@ -50,6 +50,8 @@ struct Second {
     apps: HashMap<(u16, u16), IntervalCounts>,
     hosts: HashMap<sonde_flow::host::HostKey, IntervalCounts>,
     exporters: HashMap<sonde_flow::ExporterKey, IntervalCounts>,
+    /// Filter-set expressions: (packets, bytes).
+    filters: HashMap<u16, (u64, u64)>,
     /// Summed over shards (a host seen by two shards counts twice in `active_hosts`).
     gauges: sonde_flow::Gauges,
 }
@@ -99,6 +101,7 @@ pub(crate) fn start(
     dir: &Path,
     config: Config,
     shards: usize,
+    filter_keys: Vec<String>,
 ) -> Result<(Sender<SeriesMsg>, SeriesThread), String> {
     let writer = SeriesWriter::open(dir, config)
         .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
@@ -106,7 +109,7 @@ pub(crate) fn start(
     let dir = dir.to_path_buf();
     let h = std::thread::Builder::new()
         .name("series".into())
-        .spawn(move || run(writer, rx, shards, dir))
+        .spawn(move || run(writer, rx, shards, dir, filter_keys))
         .map_err(|e| format!("cannot start the time series thread: {e}"))?;
     Ok((tx, h))
 }
@@ -116,6 +119,7 @@ fn run(
     rx: Receiver<SeriesMsg>,
     shards: usize,
     dir: PathBuf,
+    filter_keys: Vec<String>,
 ) -> Result<SeriesReport, String> {
     let err = |e: sonde_history::store::StoreError| format!("time series: {e}");
     let mut pending: BTreeMap<u64, Second> = BTreeMap::new();
@@ -146,6 +150,11 @@ fn run(
                     }
                     for (k, c) in &t.exporters {
                         s.exporters.entry(*k).or_default().add(c);
+                    }
+                    for &(i, p, b) in &t.filters {
+                        let e = s.filters.entry(i).or_default();
+                        e.0 += p;
+                        e.1 += b;
                     }
                     s.gauges.active_flows += t.gauges.active_flows;
                     s.gauges.active_hosts += t.gauges.active_hosts;
@@ -184,6 +193,16 @@ fn run(
                 }
                 for (k, c) in &s.exporters {
                     w.set(Family::Exporters, &exporter_key(k), metrics(c));
+                }
+                for (&i, &(packets, bytes)) in &s.filters {
+                    if let Some(key) = filter_keys.get(i as usize) {
+                        let m = Metrics {
+                            packets_in: packets,
+                            bytes_in: bytes,
+                            ..Metrics::default()
+                        };
+                        w.set(Family::Filters, key, m);
+                    }
                 }
                 let g = &s.gauges;
                 w.set(

@@ -43,10 +43,18 @@ pub(crate) struct DecodedBatch {
     /// at this time even when none of its own packets reached it, so expiry does not depend
     /// on how flows are spread over shards.
     pub clock_ns: u64,
+    /// With filter-sets: each packet's mask and wire length (worked out by the reader, which
+    /// has the frames), and frames that reach no flow (not IP, malformed) with theirs, which
+    /// shard 0 counts.
+    pub marks: Vec<u128>,
+    pub wire_lens: Vec<u32>,
+    pub unflowed: Vec<(u128, u32)>,
 }
 
 pub(crate) struct ShardOutput {
     pub stats: ShardStats,
+    /// Filter-set totals (with filter-sets).
+    pub filters: Option<sonde_analytics::FilterCounts>,
     pub hosts: Vec<Host>,
     pub live_hosts: usize,
     pub capture: CaptureDrops,
@@ -84,6 +92,8 @@ pub(crate) struct ShardCtx {
     pub linger: bool,
     /// Time spent in [`ShardCtx::answer`] so far (published as [`ShardStats::reader_ns`]).
     pub reader_ns: u64,
+    /// This shard's index and the analytics thread's channel (with analytics on).
+    pub analytics: Option<(usize, Sender<crate::analytics_sink::AnalyticsMsg>)>,
 }
 
 /// A shard's link to the host cache thread.
@@ -152,9 +162,31 @@ impl ShardCtx {
         }
     }
 
+    /// Hands the analytics reports made since the last call to the analytics thread.
+    fn send_analytics(&mut self, last: bool) {
+        let Some((shard, tx)) = &self.analytics else {
+            return;
+        };
+        let reports = self.engine.take_analytics();
+        if reports.is_empty() && !last {
+            return;
+        }
+        let msg = crate::analytics_sink::AnalyticsMsg {
+            shard: *shard,
+            reports,
+            last,
+        };
+        if tx.send(msg).is_err() {
+            self.analytics = None;
+        }
+    }
+
     fn drain(&mut self) {
         if self.series.is_some() {
             self.send_series(false);
+        }
+        if self.analytics.is_some() {
+            self.send_analytics(false);
         }
         if self.host_sink.is_some() || self.host_cache.is_some() {
             let purged = self.engine.take_purged_hosts();
@@ -262,6 +294,12 @@ impl ShardCtx {
         if self.linger {
             self.engine.hosts();
             self.engine.discard_tick_rows();
+            // The last (partial) second and interval, for readers while lingering (the series
+            // first: closing the analytics second hands its filter-set counts over).
+            self.engine.close_series();
+            self.send_series(false);
+            self.engine.close_analytics();
+            self.send_analytics(false);
         }
         while self.linger && !self.stopped() {
             self.housekeeping();
@@ -279,6 +317,9 @@ impl ShardCtx {
         self.engine.close_series();
         self.send_series(true);
         self.series = None;
+        self.engine.close_analytics();
+        self.send_analytics(true);
+        self.analytics = None;
         self.settle_host_cache();
         let hosts = match self.host_output {
             HostOutput::Full => self.engine.hosts().iter().copied().collect(),
@@ -296,6 +337,7 @@ impl ShardCtx {
         let live_hosts = self.engine.live_hosts();
         ShardOutput {
             stats: self.engine.stats(),
+            filters: self.engine.filter_totals().cloned(),
             hosts,
             live_hosts,
             capture,
@@ -462,8 +504,13 @@ pub(crate) fn run_decoded(
             bytes: &batch.payload_bytes,
             spans: &batch.spans,
             direct: &[],
+            marks: &batch.marks,
+            wire_lens: &batch.wire_lens,
         };
         ctx.engine.process_decoded(&batch.pkts, &batch.ts, payloads);
+        for &(mask, wire_len) in &batch.unflowed {
+            ctx.engine.count_filter_mask(mask, wire_len);
+        }
         if batch.clock_ns != 0 {
             ctx.engine.tick_if_due(batch.clock_ns);
         }
@@ -471,6 +518,9 @@ pub(crate) fn run_decoded(
         batch.ts.clear();
         batch.payload_bytes.clear();
         batch.spans.clear();
+        batch.marks.clear();
+        batch.wire_lens.clear();
+        batch.unflowed.clear();
         batch.clock_ns = 0;
         let _ = recycle.try_send(batch);
         ctx.housekeeping();

@@ -147,9 +147,38 @@ struct Cli {
     /// crates/dpi/data/services.txt; may be given several times.
     #[arg(long, value_name = "FILE")]
     dpi_services: Vec<PathBuf>,
+    /// Count the packets and bytes matching labelled tcpdump expressions, one chart per set:
+    /// 'NAME=LABEL:EXPR;LABEL:EXPR…', e.g. 'web=http:tcp port 80;tls:tcp port 443'; may be
+    /// given several times.
+    #[arg(long, value_name = "SPEC")]
+    filter_set: Vec<String>,
+    /// Length of the top-N and anomaly lists' interval, in seconds (Ourmon's 30 s lists).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    top_interval: u64,
+    /// Entries kept per top-N list and interval.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    top_n: usize,
+    /// A detection threshold, [NETWORK:]KEY=VALUE, e.g. ddos.pps=50k or
+    /// 10.0.0.0/8:ddos.mbps=5000 (value 'off' turns a check off); may be given several times.
+    /// 'sonde --threshold help' lists the keys.
+    #[arg(long, value_name = "[NET:]KEY=VALUE")]
+    threshold: Vec<String>,
+    /// Write detections (scans, floods, DDoS, ICMP errors, noisy hosts) as JSON lines to FILE
+    /// ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    alerts_out: Option<PathBuf>,
+    /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    analytics: OnOff,
     /// No progress bar and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
+enum OnOff {
+    On,
+    Off,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -215,6 +244,61 @@ fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
     }))
 }
 
+/// The analytics flags: filter-sets compiled (a bad expression is an error naming its set
+/// and label), thresholds parsed, outputs named.
+fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings>> {
+    use sonde_analytics::{AnalyticsConfig, FilterSetSpec, FilterSets, Thresholds};
+    if cli.analytics == OnOff::Off {
+        if !cli.filter_set.is_empty() || !cli.threshold.is_empty() || cli.alerts_out.is_some() {
+            bail!(
+                "--analytics off contradicts --filter-set, --threshold and --alerts-out: drop                  one or the other"
+            );
+        }
+        return Ok(None);
+    }
+    if cli.top_interval == 0 || cli.top_interval > 3600 {
+        bail!("--top-interval must be between 1 and 3600 seconds");
+    }
+    if cli.top_n == 0 || cli.top_n > 10_000 {
+        bail!("--top-n must be between 1 and 10000");
+    }
+    let specs = cli
+        .filter_set
+        .iter()
+        .map(|t| FilterSetSpec::parse(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter_sets = if specs.is_empty() {
+        None
+    } else {
+        Some(std::sync::Arc::new(FilterSets::compile(&specs)?))
+    };
+    let thresholds = Thresholds::parse(&cli.threshold).map_err(anyhow::Error::msg)?;
+    let history = cli.data_dir.clone().map(|d| {
+        let max_age = (cli.history_max_age.max(0.0) * 86_400.0) as u64;
+        (d, max_age)
+    });
+    Ok(Some(sonde_probe::AnalyticsSettings {
+        config: AnalyticsConfig {
+            interval_s: cli.top_interval,
+            top_n: cli.top_n,
+            thresholds,
+            filter_sets,
+            shards: cli.threads.max(1),
+        },
+        alerts_out: cli.alerts_out.clone(),
+        history,
+    }))
+}
+
+/// `sonde --threshold help`: the keys, their meaning and defaults.
+fn print_threshold_keys() {
+    println!("--threshold [NETWORK:]KEY=VALUE (VALUE: a number with k/M/G, or off)\n");
+    for k in sonde_analytics::config::KEYS.iter() {
+        let d = k.default.map_or("off".to_string(), |v| v.to_string());
+        println!("  {:<20} default {:<8} {}", k.name, d, k.what);
+    }
+}
+
 /// Loads (or, on first start, creates) the users file and the TLS files for `--http`.
 fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
     use sonde_server::users::{self, Role, Users};
@@ -267,6 +351,14 @@ fn main() -> ExitCode {
                 ExitCode::FAILURE
             }
         };
+    }
+    let args: Vec<std::ffi::OsString> = std::env::args_os().collect();
+    if args
+        .windows(2)
+        .any(|w| w[0] == "--threshold" && w[1] == "help")
+    {
+        print_threshold_keys();
+        return ExitCode::SUCCESS;
     }
     let cli = match Cli::try_parse() {
         Ok(c) => c,
@@ -403,6 +495,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
         }));
     }
+    cfg.analytics = analytics_settings(&cli)?;
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")

@@ -48,6 +48,18 @@ impl LinkType {
         }
     }
 
+    /// The DLT_* value libpcap wants for this link type when it compiles a filter: the
+    /// LINKTYPE_* value except for raw IP, whose LINKTYPE (101) libpcap's compiler does not
+    /// know ("unknown data link type 101"), and OpenBSD's loopback.
+    pub fn to_dlt(self) -> u32 {
+        match self {
+            LinkType::Raw if cfg!(target_os = "openbsd") => 14,
+            LinkType::Raw => 12,
+            LinkType::Loop if cfg!(target_os = "openbsd") => 12,
+            other => other.to_linktype(),
+        }
+    }
+
     pub fn name(self) -> &'static str {
         match self {
             LinkType::Null => "null",

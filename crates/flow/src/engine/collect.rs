@@ -117,6 +117,10 @@ impl Engine {
         f.in_if = c.in_if;
         f.out_if = c.out_if;
         f.sampling = c.sampling.max(1);
+        if self.analytics.is_some() {
+            self.analyze_record(slot, dir, c);
+        }
+        let f = &mut self.flows[slot as usize];
         if !f.dpi_done {
             if let Some(l7) = c.app_name.as_deref().and_then(label_from_name) {
                 f.l7 = l7;

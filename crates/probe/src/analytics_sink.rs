@@ -1,0 +1,227 @@
+//! The analytics thread: shards hand over their per-second and per-interval reports
+//! ([`sonde_analytics::Report`]); one [`Merger`] adds them up, checks the thresholds, and
+//! writes detections to `--alerts-out` (JSON lines, flushed at once) and, with a data
+//! directory, intervals and detections to the history (`sonde_analytics::store`).
+
+use crossbeam_channel::{Receiver, Sender};
+use serde_json::Value;
+use sonde_analytics::merge::{AppNamer, Live, Merger, Output};
+use sonde_analytics::store::{self, Kind};
+use sonde_analytics::{AnalyticsConfig, FilterCounts, FilterSets, Report, WatchList};
+use std::io::Write;
+use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// Analytics of a run: what to compute, and where detections and intervals go.
+#[derive(Clone, Debug)]
+pub struct AnalyticsSettings {
+    pub config: AnalyticsConfig,
+    /// Detections as JSON lines (`-` for standard output).
+    pub alerts_out: Option<PathBuf>,
+    /// The data directory and its retention in seconds (0: none), for the history.
+    pub history: Option<(PathBuf, u64)>,
+}
+
+/// What a shard sends.
+pub(crate) struct AnalyticsMsg {
+    pub shard: usize,
+    pub reports: Vec<Report>,
+    /// The shard is done: nothing more will come from it.
+    pub last: bool,
+}
+
+/// Read access for the API while the probe runs.
+#[derive(Clone)]
+pub struct AnalyticsView {
+    pub live: Arc<Mutex<Live>>,
+    pub config: Arc<AnalyticsConfig>,
+}
+
+impl AnalyticsView {
+    pub fn filter_sets(&self) -> Option<&FilterSets> {
+        self.config.filter_sets.as_deref()
+    }
+}
+
+/// What the analytics thread did, for the summary.
+#[derive(Clone, Debug, Default)]
+pub struct AnalyticsReport {
+    pub detections: std::collections::BTreeMap<String, u64>,
+    pub intervals: u64,
+    pub seconds: u64,
+    pub late_reports: u64,
+    pub alerts_written: u64,
+}
+
+/// Names an application the way flow records do (`TLS.Google`, `Unknown`).
+pub fn app_namer() -> AppNamer {
+    Arc::new(|(proto, app): (u16, u16)| {
+        sonde_dpi::L7 {
+            proto: sonde_dpi::Proto(proto),
+            app: sonde_dpi::Proto(app),
+            ..sonde_dpi::L7::default()
+        }
+        .name()
+    })
+}
+
+struct AlertsFile {
+    out: Box<dyn Write + Send>,
+    written: Arc<Mutex<(u64, Option<std::io::Error>)>>,
+}
+
+impl Output for AlertsFile {
+    fn detection(&mut self, record: &Value) {
+        let mut line = record.to_string();
+        line.push('\n');
+        // Flushed at once: whoever tails the file sees a detection when it happens.
+        let r = self
+            .out
+            .write_all(line.as_bytes())
+            .and_then(|_| self.out.flush());
+        let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
+        match r {
+            Ok(()) => w.0 += 1,
+            Err(e) => {
+                if w.1.is_none() {
+                    w.1 = Some(e);
+                }
+            }
+        }
+    }
+
+    fn interval(&mut self, _summary: &Value) {}
+}
+
+struct History {
+    w: store::Writer,
+    error: Arc<Mutex<Option<String>>>,
+}
+
+impl History {
+    fn fail(&self, e: std::io::Error) {
+        let mut s = self.error.lock().unwrap_or_else(|e| e.into_inner());
+        if s.is_none() {
+            *s = Some(format!("analytics history: {e}"));
+        }
+    }
+}
+
+impl Output for History {
+    fn detection(&mut self, record: &Value) {
+        let at = if record["event"] == "end" {
+            record["last_seen"].as_u64()
+        } else {
+            record["first_seen"].as_u64()
+        }
+        .unwrap_or(0);
+        if let Err(e) = self.w.append(Kind::Detections, at, record) {
+            self.fail(e);
+        }
+    }
+
+    fn interval(&mut self, summary: &Value) {
+        let start = summary["start"].as_u64().unwrap_or(0);
+        let r = self
+            .w
+            .append(Kind::Intervals, start, summary)
+            .and_then(|_| self.w.sync(start));
+        if let Err(e) = r {
+            self.fail(e);
+        }
+    }
+
+    fn second(&mut self, _second: u64, _filters: &FilterCounts) {}
+}
+
+fn open_alerts(path: &Path) -> Result<Box<dyn Write + Send>, String> {
+    if path.as_os_str() == "-" {
+        return Ok(Box::new(std::io::stdout()));
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(path)
+        .map_err(|e| format!("--alerts-out: cannot write '{}': {e}", path.display()))?;
+    Ok(Box::new(f))
+}
+
+type Thread = JoinHandle<Result<AnalyticsReport, String>>;
+
+/// Opens the outputs (a bad path is reported before anything runs) and starts the thread.
+pub(crate) fn start(
+    settings: &AnalyticsSettings,
+    config: Arc<AnalyticsConfig>,
+    watch: Arc<WatchList>,
+) -> Result<(Sender<AnalyticsMsg>, Thread, AnalyticsView), String> {
+    let mut outputs: Vec<Box<dyn Output>> = Vec::new();
+    let written = Arc::new(Mutex::new((0u64, None)));
+    if let Some(p) = &settings.alerts_out {
+        outputs.push(Box::new(AlertsFile {
+            out: open_alerts(p)?,
+            written: written.clone(),
+        }));
+    }
+    let history_error = Arc::new(Mutex::new(None));
+    if let Some((dir, max_age)) = &settings.history {
+        let w = store::Writer::open(dir, *max_age)
+            .map_err(|e| format!("--data-dir {}: analytics history: {e}", dir.display()))?;
+        outputs.push(Box::new(History {
+            w,
+            error: history_error.clone(),
+        }));
+    }
+    let merger = Merger::new(config.clone(), app_namer(), watch, outputs);
+    let view = AnalyticsView {
+        live: merger.live.clone(),
+        config,
+    };
+    let (tx, rx) = crossbeam_channel::bounded::<AnalyticsMsg>(1024);
+    let h = std::thread::Builder::new()
+        .name("analytics".into())
+        .spawn(move || run(merger, rx, written, history_error))
+        .map_err(|e| format!("cannot start the analytics thread: {e}"))?;
+    Ok((tx, h, view))
+}
+
+fn run(
+    mut m: Merger,
+    rx: Receiver<AnalyticsMsg>,
+    written: Arc<Mutex<(u64, Option<std::io::Error>)>>,
+    history_error: Arc<Mutex<Option<String>>>,
+) -> Result<AnalyticsReport, String> {
+    loop {
+        match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(msg) => {
+                m.add(msg.shard, msg.reports);
+                if msg.last {
+                    m.shard_done(msg.shard);
+                }
+            }
+            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}
+            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    m.finish();
+    let live = m.live.lock().unwrap_or_else(|e| e.into_inner());
+    let w = written.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some(e) = &w.1 {
+        return Err(format!("--alerts-out: cannot write: {e}"));
+    }
+    if let Some(e) = history_error
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .clone()
+    {
+        return Err(e);
+    }
+    Ok(AnalyticsReport {
+        detections: live.detections_total.clone(),
+        intervals: live.intervals_merged,
+        seconds: live.seconds_merged,
+        late_reports: live.late_reports,
+        alerts_written: w.0,
+    })
+}
