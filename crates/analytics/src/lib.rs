@@ -20,7 +20,6 @@ pub mod filterset;
 pub mod merge;
 pub mod shard;
 pub mod sketch;
-pub mod store;
 pub mod types;
 
 pub use config::{AnalyticsConfig, Key, Network, Thresholds};

@@ -29,19 +29,23 @@ const ACK: u8 = 0x10;
 const IN: usize = 0;
 const OUT: usize = 1;
 
-/// Counters of one host slot: this second's (DDoS rates), this interval's (top talkers).
+/// Counters of one host slot: this second's (DDoS rates), this interval's (top talkers). The
+/// first cache line holds what a flow's flush writes; the second what rare packets and the
+/// close of a second write.
 #[derive(Clone, Copy, Debug, Default)]
+#[repr(C, align(64))]
 struct SlotStats {
     sec_bytes: [u64; 2],
+    /// The slot is in `sec_dirty` for the second numbered this (0: not listed).
+    listed: u32,
     sec_pkts: [u32; 2],
     sec_flows: [u32; 2],
-    sec_syn: [u32; 2],
     sec_udp: [u32; 2],
     sec_icmp: [u32; 2],
     sec_tcp: [u32; 2],
+    // --- second line ---
+    sec_syn: [u32; 2],
     sec_frag: [u32; 2],
-    /// The slot is in `sec_dirty` for the second numbered this (+1; 0: not listed).
-    listed: u32,
     ivl_pkts: [u64; 2],
     ivl_bytes: [u64; 2],
     ivl_tcp: [u32; 2],
@@ -62,15 +66,36 @@ impl SlotStats {
         [r(IN), r(OUT)]
     }
 
+    /// Whether any of this second's rates reaches its floor (see `ShardAnalytics::floors`),
+    /// checked on the counters as they are (most hosts are far below).
+    #[inline]
+    fn reaches(&self, f: &[u64; RATE_KEYS.len()]) -> bool {
+        (0..2).any(|d| {
+            self.sec_pkts[d] as u64 >= f[0]
+                || self.sec_bytes[d] >= f[1]
+                || self.sec_flows[d] as u64 >= f[2]
+                || self.sec_syn[d] as u64 >= f[3]
+                || self.sec_udp[d] as u64 >= f[4]
+                || self.sec_icmp[d] as u64 >= f[5]
+                || self.sec_frag[d] as u64 >= f[6]
+        })
+    }
+
     fn close_second(&mut self) {
         for d in [IN, OUT] {
             self.ivl_pkts[d] += self.sec_pkts[d] as u64;
             self.ivl_bytes[d] += self.sec_bytes[d];
             self.ivl_tcp[d] = self.ivl_tcp[d].saturating_add(self.sec_tcp[d]);
         }
-        let keep = (self.ivl_pkts, self.ivl_bytes, self.ivl_tcp);
-        *self = SlotStats::default();
-        (self.ivl_pkts, self.ivl_bytes, self.ivl_tcp) = keep;
+        self.sec_bytes = [0; 2];
+        self.listed = 0;
+        self.sec_pkts = [0; 2];
+        self.sec_flows = [0; 2];
+        self.sec_udp = [0; 2];
+        self.sec_icmp = [0; 2];
+        self.sec_tcp = [0; 2];
+        self.sec_syn = [0; 2];
+        self.sec_frag = [0; 2];
     }
 }
 
@@ -99,6 +124,8 @@ pub struct FlowHosts {
     pub addrs: [HostAddr; 2],
     pub ports: [u16; 2],
     pub proto: u8,
+    /// The client's side (0: a, 1: b).
+    pub client_side: u8,
 }
 
 /// The ports a host tried most (Ourmon's port signature): [`PortSample::MAX`] counters
@@ -299,83 +326,143 @@ pub enum ScanGroup {
     },
 }
 
-/// The destinations a source tried, exactly, within a budget: (source, destination,
-/// protocol, port) once each. When the budget is spent, only sources that already tried
-/// [`ScanTracker::KEEP_AFTER`] targets go on being tracked (a scanner is not lost to a flood
-/// of one-packet sources); what cannot be recorded is counted.
+/// What one new flow tried: source, destination, protocol, port (or ICMP type).
+type Target = (HostAddr, [u8; 16], u8, u16);
+
+/// The targets sources tried during an interval, exactly, within a budget. A new flow costs
+/// one push onto a log (no hashing: flows are created at flood rates too); the log is sorted
+/// and grouped when the interval closes. When the log reaches its budget it is compacted:
+/// duplicates go, then the targets of sources that tried fewer than `keep_min` (sources of a
+/// random-address flood try one each), which are counted as untracked; `keep_min` doubles
+/// while compaction frees less than half. So a scanner already under way is never lost to a
+/// flood, memory stays at the budget, and without a flood every count is exact.
 struct ScanTracker {
-    pairs: HashSet<(HostAddr, [u8; 16], u8, u16)>,
-    per_src: HashMap<HostAddr, u32>,
+    log: Vec<Target>,
     budget: usize,
+    keep_min: usize,
     untracked: u64,
 }
 
 impl ScanTracker {
-    const KEEP_AFTER: u32 = 8;
-
     fn new(budget: usize) -> ScanTracker {
         ScanTracker {
-            pairs: HashSet::new(),
-            per_src: HashMap::new(),
+            log: Vec::new(),
             budget,
+            keep_min: 4,
             untracked: 0,
         }
     }
 
+    #[inline]
     fn add(&mut self, src: HostAddr, dst: [u8; 16], proto: u8, port: u16) {
-        let full = self.pairs.len() >= self.budget;
-        if full {
-            let known = self.per_src.get(&src).copied().unwrap_or(0);
-            if known < Self::KEEP_AFTER || self.pairs.len() >= 2 * self.budget {
+        if self.log.len() >= self.budget {
+            self.compact();
+            if self.log.len() >= self.budget {
                 self.untracked += 1;
                 return;
             }
         }
-        if self.pairs.insert((src, dst, proto, port)) {
-            *self.per_src.entry(src).or_insert(0) += 1;
+        self.log.push((src, dst, proto, port));
+    }
+
+    /// Counts of the log's entries per source, in buckets by a hash of the source: a bucket's
+    /// count is at least the true count of each source in it, so a source whose bucket holds
+    /// fewer than `min` entries surely tried fewer than `min` targets.
+    fn bucket_counts(&self) -> (Vec<u32>, usize) {
+        let buckets = self.log.len().next_power_of_two().clamp(1024, 1 << 20);
+        let mut counts = vec![0u32; buckets];
+        for t in &self.log {
+            counts[bucket(&t.0, buckets)] += 1;
         }
+        (counts, buckets)
+    }
+
+    /// Drops the entries of sources that surely tried fewer than `min` targets.
+    fn drop_small_sources(&mut self, min: usize) -> usize {
+        let before = self.log.len();
+        if min > 1 {
+            let (counts, buckets) = self.bucket_counts();
+            self.log
+                .retain(|t| counts[bucket(&t.0, buckets)] as usize >= min);
+        }
+        before - self.log.len()
+    }
+
+    #[cold]
+    fn compact(&mut self) {
+        let mut dropped = self.drop_small_sources(self.keep_min);
+        if self.log.len() > self.budget / 2 {
+            // Few small sources: duplicates (retries) may be what fills the log.
+            self.log.sort_unstable();
+            let before = self.log.len();
+            self.log.dedup();
+            let dups = before - self.log.len();
+            if self.log.len() > self.budget / 2 {
+                self.keep_min = self.keep_min.saturating_mul(2);
+                dropped += self.drop_small_sources(self.keep_min);
+            }
+            // Duplicates were never targets: not counted as untracked.
+            let _ = dups;
+        }
+        self.untracked += dropped as u64;
     }
 
     /// The groups with at least `ip_floor` destinations or `port_floor` ports; the tracker is
     /// emptied for the next interval.
     fn take_groups(&mut self, ip_floor: u64, port_floor: u64) -> (Vec<ScanGroup>, u64) {
-        let mut by_port: HashMap<(HostAddr, u8, u16), Vec<[u8; 16]>> = HashMap::new();
-        type PortsOf = HashMap<(HostAddr, [u8; 16]), Vec<(u8, u16)>>;
-        let mut by_dst: PortsOf = HashMap::new();
-        for &(src, dst, proto, port) in &self.pairs {
-            by_port.entry((src, proto, port)).or_default().push(dst);
-            // Port scans are about transport ports (ICMP types are not ports).
-            if matches!(proto, 6 | 17 | 132) {
-                by_dst.entry((src, dst)).or_default().push((proto, port));
-            }
-        }
         let mut out = Vec::new();
-        for ((src, proto, port), mut dsts) in by_port {
-            if dsts.len() as u64 >= ip_floor {
-                dsts.sort_unstable();
-                out.push(ScanGroup::Ip {
-                    src,
-                    proto,
-                    port,
-                    dsts,
-                });
-            }
-        }
-        for ((src, dst), mut ports) in by_dst {
+        // Sources that tried too few targets for any group go first, unsorted: most sources
+        // open a flow or two.
+        self.drop_small_sources(ip_floor.min(port_floor).min(usize::MAX as u64) as usize);
+        // By (source, destination, protocol, port): port scans.
+        self.log.sort_unstable();
+        self.log.dedup();
+        for run in self.log.chunk_by(|a, b| a.0 == b.0 && a.1 == b.1) {
+            // Port scans are about transport ports (ICMP types are not ports).
+            let ports: Vec<(u8, u16)> = run
+                .iter()
+                .filter(|t| matches!(t.2, 6 | 17 | 132))
+                .map(|t| (t.2, t.3))
+                .collect();
             if ports.len() as u64 >= port_floor {
-                ports.sort_unstable();
+                let src = run[0].0;
                 out.push(ScanGroup::Port {
                     src,
-                    dst: HostAddr::new(dst, src.ip_version, src.vlan),
+                    dst: HostAddr::new(run[0].1, src.ip_version, src.vlan),
                     ports,
                 });
             }
         }
+        // By (source, protocol, port, destination): IP scans.
+        self.log.sort_unstable_by_key(|t| (t.0, t.2, t.3, t.1));
+        for run in self
+            .log
+            .chunk_by(|a, b| a.0 == b.0 && a.2 == b.2 && a.3 == b.3)
+        {
+            if run.len() as u64 >= ip_floor {
+                out.push(ScanGroup::Ip {
+                    src: run[0].0,
+                    proto: run[0].2,
+                    port: run[0].3,
+                    dsts: run.iter().map(|t| t.1).collect(),
+                });
+            }
+        }
         let untracked = std::mem::take(&mut self.untracked);
-        self.pairs.clear();
-        self.per_src.clear();
+        self.log.clear();
+        self.keep_min = 4;
         (out, untracked)
     }
+}
+
+/// A cheap mix of a host's address (a filter's bucket, not a hash table's: collisions only
+/// make the filter keep more).
+#[inline]
+fn bucket(h: &HostAddr, buckets: usize) -> usize {
+    let w = |i: usize| u64::from_le_bytes(h.addr[i..i + 8].try_into().unwrap_or([0; 8]));
+    let x =
+        (w(0) ^ w(8).rotate_left(29) ^ (h.vlan as u64) << 48).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    ((x ^ (x >> 32)) as usize) & (buckets - 1)
 }
 
 /// What a shard saw of a watched host (one under attack) during a second: its peers, its own
@@ -570,7 +657,7 @@ impl ShardAnalytics {
     pub fn memory_bytes(&self) -> usize {
         self.slots.capacity() * std::mem::size_of::<SlotStats>()
             + self.sec_dirty.capacity() * 4
-            + self.scans.pairs.capacity() * 40
+            + self.scans.log.capacity() * std::mem::size_of::<Target>()
     }
 
     #[inline(always)]
@@ -589,9 +676,24 @@ impl ShardAnalytics {
 
     #[cold]
     fn grow(&mut self, i: usize) {
-        // Doubling, so a table filling up does not reallocate per host.
-        let want = (i + 1).max(self.slots.len() * 2).max(1024);
+        // Within the reserved capacity this touches only the new entries' pages; past it
+        // (no reservation), doubling, so a table filling up does not reallocate per host.
+        let want = if i < self.slots.capacity() {
+            (i + 1)
+                .max(self.slots.len() + 1024)
+                .min(self.slots.capacity())
+        } else {
+            (i + 1).max(self.slots.len() * 2).max(1024)
+        };
         self.slots.resize(want, SlotStats::default());
+    }
+
+    /// Reserves the per-host counters for a host table of `capacity` (address space only:
+    /// pages are touched as hosts come, and the array never moves).
+    pub fn reserve_hosts(&mut self, capacity: usize) {
+        if self.slots.capacity() < capacity {
+            self.slots.reserve_exact(capacity - self.slots.len());
+        }
     }
 
     /// A prefetch of a host slot's counters (the engine's flush walks flows in order and
@@ -600,18 +702,6 @@ impl ShardAnalytics {
     pub fn prefetch(&self, slot: u32) {
         if let Some(s) = self.slots.get(slot as usize) {
             crate::prefetch_read(s);
-        }
-    }
-
-    /// A host took over `slot`: it starts with nothing.
-    #[inline]
-    pub fn host_created(&mut self, slot: u32) {
-        if let Some(s) = self.slots.get_mut(slot as usize) {
-            let listed = s.listed;
-            *s = SlotStats {
-                listed,
-                ..SlotStats::default()
-            };
         }
     }
 
@@ -646,25 +736,19 @@ impl ShardAnalytics {
 
     /// A new flow: its client opened it toward its server (`server_port`, or the ICMP type
     /// for ICMP).
-    pub fn flow_created(&mut self, h: &FlowHosts, client_side: usize, server_port: u16) {
-        let (c, s) = (client_side, 1 - client_side);
-        for (side, dir) in [(c, OUT), (s, IN)] {
-            let slot = h.slots[side];
-            if slot != NO_HOST {
-                let st = self.slot(slot);
-                st.sec_flows[dir] = st.sec_flows[dir].saturating_add(1);
-            } else {
-                let a = h.addrs[side];
-                self.overflow_sec[dir].add(a, 1, |r| r.flows += 1);
-            }
-        }
-        let (client, server) = (h.addrs[c], h.addrs[s]);
+    /// (Its hosts count it as a new flow at its first flush, which touches them anyway.)
+    #[inline]
+    pub fn flow_created(&mut self, h: &FlowHosts, server_port: u16) {
+        let c = h.client_side as usize;
+        let (client, server) = (h.addrs[c], h.addrs[1 - c]);
         self.scans.add(client, server.addr, h.proto, server_port);
     }
 
-    /// A flow's counts since its last flush: `pkts[0]`/`bytes[0]` went from side a to side b.
+    /// A flow's counts since its last flush: `pkts[0]`/`bytes[0]` went from side a to side b;
+    /// `new`: its first flush (of its first record, or of the record after an active
+    /// timeout), when it counts as a flow opened by its client toward its server.
     #[inline]
-    pub fn flow_flushed(&mut self, h: &FlowHosts, pkts: [u64; 2], bytes: [u64; 2]) {
+    pub fn flow_flushed(&mut self, h: &FlowHosts, pkts: [u64; 2], bytes: [u64; 2], new: bool) {
         let class = |r: &mut SlotStats, d: usize, n: u32| match h.proto {
             6 => r.sec_tcp[d] = r.sec_tcp[d].saturating_add(n),
             17 => r.sec_udp[d] = r.sec_udp[d].saturating_add(n),
@@ -686,8 +770,16 @@ impl ShardAnalytics {
                 st.sec_bytes[IN] += bytes[rcvd];
                 class(st, OUT, ps);
                 class(st, IN, pr);
+                if new {
+                    let d = if side == h.client_side as usize {
+                        OUT
+                    } else {
+                        IN
+                    };
+                    st.sec_flows[d] = st.sec_flows[d].saturating_add(1);
+                }
             } else {
-                self.overflow_flushed(h, side, pkts, bytes);
+                self.overflow_flushed(h, side, pkts, bytes, new);
             }
         }
         let all = Traffic {
@@ -701,9 +793,24 @@ impl ShardAnalytics {
     }
 
     #[cold]
-    fn overflow_flushed(&mut self, h: &FlowHosts, side: usize, pkts: [u64; 2], bytes: [u64; 2]) {
+    fn overflow_flushed(
+        &mut self,
+        h: &FlowHosts,
+        side: usize,
+        pkts: [u64; 2],
+        bytes: [u64; 2],
+        new: bool,
+    ) {
         let proto = h.proto;
         let a = h.addrs[side];
+        if new {
+            let d = if side == h.client_side as usize {
+                OUT
+            } else {
+                IN
+            };
+            self.overflow_sec[d].add(a, 0, |r| r.flows += 1);
+        }
         for (dir, from) in [(OUT, side), (IN, 1 - side)] {
             let (p, b) = (pkts[from], bytes[from]);
             if p == 0 {
@@ -877,12 +984,15 @@ impl ShardAnalytics {
                     || r.frag >= floors[6]
             })
         };
-        for &slot in &self.sec_dirty {
+        const AHEAD: usize = 8;
+        for (i, &slot) in self.sec_dirty.iter().enumerate() {
+            if let Some(&next) = self.sec_dirty.get(i + AHEAD) {
+                crate::prefetch_read(&self.slots[next as usize]);
+            }
             let st = &mut self.slots[slot as usize];
-            let sec = st.second();
-            if reaches(&sec) {
+            if st.reaches(&floors) {
                 if let Some(k) = key_of(slot) {
-                    rep.hosts.push((k, sec));
+                    rep.hosts.push((k, st.second()));
                 }
             }
             st.close_second();
@@ -999,8 +1109,8 @@ impl ShardAnalytics {
         flows.truncate(keep);
 
         // Hosts: every slot with traffic in the interval, top `keep` each way.
-        let mut talkers: Vec<(u32, Traffic)> = Vec::new();
-        let mut dests: Vec<(u32, Traffic)> = Vec::new();
+        let mut talkers = TopK::new(keep);
+        let mut dests = TopK::new(keep);
         let mut hosts = 0u64;
         let mut tcp_of: HashMap<HostAddr, u64> = HashMap::new();
         let syn_hosts: HashSet<HostAddr> = self.syn.iter().map(|c| c.key).collect();
@@ -1014,10 +1124,10 @@ impl ShardAnalytics {
                 bytes: st.ivl_bytes[d],
             };
             if st.ivl_pkts[OUT] > 0 {
-                talkers.push((slot as u32, t(OUT)));
+                talkers.push(slot as u32, t(OUT));
             }
             if st.ivl_pkts[IN] > 0 {
-                dests.push((slot as u32, t(IN)));
+                dests.push(slot as u32, t(IN));
             }
             if !syn_hosts.is_empty() {
                 if let Some(k) = key_of(slot as u32) {
@@ -1030,8 +1140,8 @@ impl ShardAnalytics {
             st.ivl_bytes = [0; 2];
             st.ivl_tcp = [0; 2];
         }
-        let (talkers, talkers_cut) = top_hosts(talkers, keep, &key_of);
-        let (destinations, destinations_cut) = top_hosts(dests, keep, &key_of);
+        let (talkers, talkers_cut) = talkers.named(&key_of);
+        let (destinations, destinations_cut) = dests.named(&key_of);
 
         let mut syn = self.syn.take_part();
         for c in &mut syn.counters {
@@ -1077,27 +1187,58 @@ impl ShardAnalytics {
     }
 }
 
-/// The `keep` largest by bytes, named, and the bytes of the last one kept when some were cut.
-fn top_hosts(
-    mut v: Vec<(u32, Traffic)>,
+/// The `keep` hosts with the most bytes, kept while host slots stream by (trimmed whenever
+/// twice as many are held), and the most bytes of a host that was cut (0: none was).
+struct TopK {
     keep: usize,
-    key_of: &impl Fn(u32) -> Option<HostAddr>,
-) -> (Vec<(HostAddr, Traffic)>, u64) {
-    let cut = v.len() > keep;
-    if cut {
-        v.select_nth_unstable_by(keep - 1, |a, b| b.1.bytes.cmp(&a.1.bytes));
-        v.truncate(keep);
+    v: Vec<(u32, Traffic)>,
+    cut: u64,
+}
+
+impl TopK {
+    fn new(keep: usize) -> TopK {
+        TopK {
+            keep: keep.max(1),
+            v: Vec::new(),
+            cut: 0,
+        }
     }
-    v.sort_unstable_by_key(|e| std::cmp::Reverse(e.1.bytes));
-    let floor = if cut {
-        v.last().map_or(0, |l| l.1.bytes)
-    } else {
-        0
-    };
-    (
-        v.into_iter()
+
+    fn push(&mut self, slot: u32, t: Traffic) {
+        // Every host kept so far has at least `cut` bytes: one with fewer can never be kept.
+        if t.bytes < self.cut {
+            return;
+        }
+        self.v.push((slot, t));
+        if self.v.len() >= 2 * self.keep {
+            self.trim();
+        }
+    }
+
+    fn trim(&mut self) {
+        if self.v.len() <= self.keep {
+            return;
+        }
+        self.v
+            .select_nth_unstable_by_key(self.keep - 1, |e| std::cmp::Reverse(e.1.bytes));
+        for e in &self.v[self.keep..] {
+            self.cut = self.cut.max(e.1.bytes);
+        }
+        self.v.truncate(self.keep);
+    }
+
+    fn named(
+        mut self,
+        key_of: &impl Fn(u32) -> Option<HostAddr>,
+    ) -> (Vec<(HostAddr, Traffic)>, u64) {
+        self.trim();
+        self.v
+            .sort_unstable_by_key(|e| std::cmp::Reverse(e.1.bytes));
+        let named = self
+            .v
+            .into_iter()
             .filter_map(|(s, t)| Some((key_of(s)?, t)))
-            .collect(),
-        floor,
-    )
+            .collect();
+        (named, self.cut)
+    }
 }

@@ -331,7 +331,10 @@ impl Engine {
     /// Turns traffic analytics (filter-sets, top-N and anomaly lists, DDoS rates) on or off.
     pub fn set_analytics(&mut self, a: Option<ShardAnalytics>) {
         self.flush_batch();
-        self.analytics = a.map(Box::new);
+        self.analytics = a.map(|mut a| {
+            a.reserve_hosts(self.cfg.max_hosts);
+            Box::new(a)
+        });
         self.make_arena();
     }
 
@@ -664,7 +667,6 @@ impl Engine {
         } else {
             [None, None]
         };
-        let mut created_hosts = [false; 2];
         for (side, mac) in macs.into_iter().enumerate() {
             let addr = if side == 0 { key.addr_a } else { key.addr_b };
             let hk = HostKey {
@@ -681,7 +683,6 @@ impl Engine {
             };
             match self.hosts.get_or_insert(&hk, ts_ns, mac) {
                 Some((hslot, created)) => {
-                    created_hosts[side] = created;
                     if created {
                         self.stats.hosts_created += 1;
                         if self.cfg.list_new_hosts {
@@ -717,7 +718,7 @@ impl Engine {
             s.on_create(&self.flows[slot as usize], NO_HOST);
         }
         if self.analytics.is_some() {
-            self.analytics_created(slot, created_hosts);
+            self.analytics_created(slot);
         }
         slot
     }
@@ -738,7 +739,9 @@ impl Engine {
         }
         if let Some(a) = analytics {
             let pkts = [f.pending_pkts[0] as u64, f.pending_pkts[1] as u64];
-            a.flow_flushed(&analytics::flow_hosts(f), pkts, f.pending_bytes);
+            // The first flush of a record: everything it counted is still pending.
+            let new = f.pkts[0] + f.pkts[1] == pkts[0] + pkts[1];
+            a.flow_flushed(&analytics::flow_hosts(f), pkts, f.pending_bytes, new);
             f.ivl_bytes += f.pending_bytes[0] + f.pending_bytes[1];
             f.ivl_pkts = f
                 .ivl_pkts
@@ -966,6 +969,10 @@ impl Engine {
                 self.index.prefetch(next.key.hash() as u32);
                 self.hosts.prefetch(next.hosts[0]);
                 self.hosts.prefetch(next.hosts[1]);
+                if let Some(a) = self.analytics.as_deref() {
+                    a.prefetch(next.hosts[0]);
+                    a.prefetch(next.hosts[1]);
+                }
             }
             if self.flows[slot].live {
                 self.remove(slot as u32, reason);

@@ -5,11 +5,13 @@
 //! DATA_DIR/flows/         flow history: segments and their totals (store, codec, totals, query)
 //! DATA_DIR/series/        time series: round-robin ring files per family (series)
 //! DATA_DIR/hosts/         host cache: hosts that left memory (hostcache)
+//! DATA_DIR/analytics/     top-N and anomaly lists per interval, detections (analytics)
 //! ```
 //!
 //! Every file is sonde's own, versioned and checked: a foreign or damaged one is an error that
 //! names it, and what a crash cut off at the end of a file is dropped on the next open.
 
+pub mod analytics;
 pub mod codec;
 pub mod filter_text;
 pub mod hostcache;

@@ -6,8 +6,8 @@
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use sonde_analytics::merge::{AppNamer, Live, Merger, Output};
-use sonde_analytics::store::{self, Kind};
 use sonde_analytics::{AnalyticsConfig, FilterCounts, FilterSets, Report, WatchList};
+use sonde_history::analytics::{self as store, Kind};
 use std::io::Write;
 use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};

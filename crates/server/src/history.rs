@@ -175,7 +175,7 @@ pub(crate) async fn series(
     let family_name = q.get("family").map_or("interface", String::as_str);
     let family = Family::from_name(family_name).ok_or_else(|| {
         bad(format!(
-            "family={family_name:?}: use interface, hosts, apps or exporters"
+            "family={family_name:?}: use interface, hosts, apps, exporters or filters"
         ))
     })?;
     let key = q.get("key").cloned().unwrap_or_else(|| "total".into());

@@ -9,6 +9,7 @@
 //! [`users`]) and optionally TLS ([`tls`]). Without logins (`--no-auth`) it only listens on
 //! loopback addresses: [`check_addr`] refuses others.
 
+mod analytics;
 pub mod auth;
 pub mod console;
 mod history;
@@ -230,6 +231,21 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
         .route("/api/v1/series", get(history::series))
         .route("/api/v1/history/flows", get(history::flows))
         .route("/api/v1/history/top/{what}", get(history::top))
+        .route("/api/v1/anomalies", get(analytics::anomalies))
+        .route("/api/v1/interval", get(analytics::interval))
+        .route("/api/v1/filtersets", get(analytics::filtersets))
+        .route(
+            "/api/v1/history/intervals",
+            get(analytics::history_intervals),
+        )
+        .route(
+            "/api/v1/history/intervals/top/{list}",
+            get(analytics::history_top),
+        )
+        .route(
+            "/api/v1/history/anomalies",
+            get(analytics::history_anomalies),
+        )
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/metrics", get(metrics))
@@ -994,6 +1010,9 @@ async fn metrics(State(s): Shared) -> Response {
          # TYPE sonde_interface_dropped_total counter\nsonde_interface_dropped_total {}",
         d.dropped, d.if_dropped
     );
+    if let Some(a) = s.view.analytics() {
+        analytics::metrics(&mut out, a);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -251,7 +251,7 @@ fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings
     if cli.analytics == OnOff::Off {
         if !cli.filter_set.is_empty() || !cli.threshold.is_empty() || cli.alerts_out.is_some() {
             bail!(
-                "--analytics off contradicts --filter-set, --threshold and --alerts-out: drop                  one or the other"
+                "--analytics off contradicts --filter-set, --threshold and --alerts-out: drop one or the other"
             );
         }
         return Ok(None);

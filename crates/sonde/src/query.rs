@@ -33,6 +33,57 @@ enum What {
     /// A time series: the interface's ("total"), a host's or an application's traffic per
     /// interval, with gaps where nothing was recorded.
     Series(SeriesArgs),
+    /// Top talkers, destinations, ports, applications or flows over a range, from the
+    /// analytics' per-interval lists (e.g. `top ports --from 2026-11-17T03:00Z --to
+    /// 2026-11-17T03:10Z`).
+    Top(TopArgs),
+    /// Detections (scans, floods, DDoS, ICMP errors, noisy hosts) over a range.
+    Anomalies(AnomalyArgs),
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum)]
+enum ListArg {
+    Talkers,
+    Destinations,
+    Ports,
+    Apps,
+    Flows,
+}
+
+#[derive(Parser, Debug)]
+struct TopArgs {
+    /// Which list.
+    #[arg(value_enum)]
+    list: ListArg,
+    /// Intervals starting in this range: Unix seconds, 2026-11-23T08:00:00Z, 2026-11-23, or
+    /// relative to now (-15m, -2h, -7d). Default: the last hour.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// bytes, packets, or (ports and apps) flows.
+    #[arg(long, value_enum, default_value_t = SortArg::Bytes)]
+    sort: SortArg,
+    #[arg(long, default_value_t = 10)]
+    limit: usize,
+    #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+    format: OutFormat,
+}
+
+#[derive(Parser, Debug)]
+struct AnomalyArgs {
+    /// Detection records (start and end events) in this range; default: the last hour.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// scan.ip, scan.port, syn_flood, ddos, icmp_errors or noisy_host.
+    #[arg(long = "type", value_name = "TYPE")]
+    kind: Option<String>,
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+    format: OutFormat,
 }
 
 #[derive(Parser, Debug)]
@@ -64,6 +115,8 @@ enum FamilyArg {
     Hosts,
     Apps,
     Exporters,
+    /// Filter-set expressions (key SET/LABEL): packets and bytes in PACKETS_IN and BYTES_IN.
+    Filters,
 }
 
 #[derive(Parser, Debug)]
@@ -143,6 +196,18 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         out.flush()?;
         return Ok(());
     }
+    if let What::Top(a) = &cli.what {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        top(&cli.data_dir, a, &mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
+    if let What::Anomalies(a) = &cli.what {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        anomalies(&cli.data_dir, a, &mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
     let reader = FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -199,7 +264,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 .map(|(app, t)| ((query::app_name(app), 0), t));
             ranked_out(&mut out, r.common.format, "APPLICATION", rows.collect())?;
         }
-        What::Series(_) => unreachable!("handled above"),
+        What::Series(_) | What::Top(_) | What::Anomalies(_) => unreachable!("handled above"),
     }
     out.flush()?;
     Ok(())
@@ -212,6 +277,7 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
         FamilyArg::Hosts => Family::Hosts,
         FamilyArg::Apps => Family::Apps,
         FamilyArg::Exporters => Family::Exporters,
+        FamilyArg::Filters => Family::Filters,
     };
     let mut r = SeriesReader::open(dir).map_err(anyhow::Error::msg)?;
     if a.list {
@@ -301,6 +367,180 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
                 }
                 line.push('}');
                 writeln!(out, "{line}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// `--from`/`--to` as Unix seconds (default: the last hour).
+fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
+    let now_ms = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64);
+    let time = |t: &Option<String>, flag: &str| -> Result<Option<u64>> {
+        t.as_deref()
+            .map(|t| {
+                parse_time(t, now_ms)
+                    .map(|ms| ms / 1000)
+                    .map_err(|e| anyhow::anyhow!("{flag} '{t}': {e}"))
+            })
+            .transpose()
+    };
+    let to = time(to, "--to")?.unwrap_or(now_ms / 1000 + 1);
+    let from = time(from, "--from")?.unwrap_or(to.saturating_sub(3600));
+    if from >= to {
+        bail!("--from must be before --to");
+    }
+    Ok((from, to))
+}
+
+fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
+    use sonde_history::analytics::{read, top_over, Kind};
+    let (from, to) = range(&a.from, &a.to)?;
+    let list = match a.list {
+        ListArg::Talkers => "talkers",
+        ListArg::Destinations => "destinations",
+        ListArg::Ports => "ports",
+        ListArg::Apps => "apps",
+        ListArg::Flows => "flows",
+    };
+    let sort = match a.sort {
+        SortArg::Bytes => "bytes",
+        SortArg::Packets => "packets",
+        SortArg::Flows if matches!(a.list, ListArg::Ports | ListArg::Apps) => "flows",
+        SortArg::Flows => {
+            bail!("--sort flows: only ports and apps count flows; use bytes or packets")
+        }
+    };
+    if !dir.is_dir() {
+        bail!(
+            "{}: no such data directory (give sonde's --data-dir with --data-dir)",
+            dir.display()
+        );
+    }
+    let intervals = read(dir, Kind::Intervals, "start", from, to).map_err(anyhow::Error::msg)?;
+    let (rows, cut) = top_over(&intervals, list, sort, a.limit);
+    match a.format {
+        OutFormat::Jsonl => {
+            for r in &rows {
+                writeln!(out, "{r}")?;
+            }
+        }
+        OutFormat::Table => {
+            let name = |r: &serde_json::Value| -> String {
+                let f = |k: &str| {
+                    r[k].as_str()
+                        .map(printable)
+                        .unwrap_or_else(|| r[k].to_string())
+                };
+                match list {
+                    "talkers" | "destinations" => f("host"),
+                    "ports" => format!("{}/{}", f("proto"), f("port")),
+                    "apps" => f("app"),
+                    _ => format!(
+                        "{} {}:{} -> {}:{}",
+                        f("proto"),
+                        f("client"),
+                        f("client_port"),
+                        f("server"),
+                        f("server_port")
+                    ),
+                }
+            };
+            writeln!(
+                out,
+                "{:<60}  {:>10}  {:>12}  {:>16}",
+                list.to_uppercase(),
+                "FLOWS",
+                "PACKETS",
+                "BYTES"
+            )?;
+            for r in &rows {
+                let n = |k: &str| r[k].as_u64().map_or("-".to_string(), |v| v.to_string());
+                writeln!(
+                    out,
+                    "{:<60}  {:>10}  {:>12}  {:>16}",
+                    name(r),
+                    n("flows"),
+                    n("packets"),
+                    n("bytes")
+                )?;
+            }
+            writeln!(
+                out,
+                "# {} intervals from {} to {}{}",
+                intervals.len(),
+                format_time(from * 1000),
+                format_time(to * 1000),
+                if cut > 0 {
+                    format!(
+                        "; {cut} of them kept only their top entries, so sums may miss what ranked lower there"
+                    )
+                } else {
+                    String::new()
+                }
+            )?;
+        }
+    }
+    Ok(())
+}
+
+fn anomalies(dir: &std::path::Path, a: &AnomalyArgs, out: &mut impl Write) -> Result<()> {
+    use sonde_history::analytics::{read, Kind};
+    const TYPES: [&str; 6] = [
+        "scan.ip",
+        "scan.port",
+        "syn_flood",
+        "ddos",
+        "icmp_errors",
+        "noisy_host",
+    ];
+    if let Some(k) = &a.kind {
+        if !TYPES.contains(&k.as_str()) {
+            bail!("--type '{k}': use one of {}", TYPES.join(", "));
+        }
+    }
+    let (from, to) = range(&a.from, &a.to)?;
+    if !dir.is_dir() {
+        bail!(
+            "{}: no such data directory (give sonde's --data-dir with --data-dir)",
+            dir.display()
+        );
+    }
+    let rows = read(dir, Kind::Detections, "last_seen", from, to).map_err(anyhow::Error::msg)?;
+    let rows = rows
+        .iter()
+        .filter(|r| a.kind.as_deref().is_none_or(|k| r["type"] == k))
+        .take(a.limit);
+    match a.format {
+        OutFormat::Jsonl => {
+            for r in rows {
+                writeln!(out, "{r}")?;
+            }
+        }
+        OutFormat::Table => {
+            writeln!(
+                out,
+                "{:>6}  {:<6}  {:<12}  {:<40}  {:<24}  {:<24}  {:>8}",
+                "ID", "EVENT", "TYPE", "HOST", "FIRST SEEN", "LAST SEEN", "TARGETS"
+            )?;
+            for r in rows {
+                let s = |k: &str| r[k].as_str().map(printable).unwrap_or_default();
+                let t = |k: &str| format_time(r[k].as_u64().unwrap_or(0) * 1000);
+                writeln!(
+                    out,
+                    "{:>6}  {:<6}  {:<12}  {:<40}  {:<24}  {:<24}  {:>8}",
+                    r["id"].as_u64().unwrap_or(0),
+                    s("event"),
+                    s("type"),
+                    s("host"),
+                    t("first_seen"),
+                    t("last_seen"),
+                    r["targets"]
+                        .as_u64()
+                        .map_or("".to_string(), |v| v.to_string()),
+                )?;
             }
         }
     }

@@ -28,6 +28,7 @@ pub(super) fn flow_hosts(f: &Flow) -> FlowHosts {
         addrs: [addr(f.key.addr_a, &f.key), addr(f.key.addr_b, &f.key)],
         ports: [f.key.port_a, f.key.port_b],
         proto: f.key.proto,
+        client_side: f.client_dir() as u8,
     }
 }
 
@@ -229,17 +230,13 @@ impl Engine {
     }
 
     /// A new flow in `slot` (its hosts are set): the cached filter-set answers, and the
-    /// analytics' new-flow hook.
-    pub(super) fn analytics_created(&mut self, slot: u32, created_hosts: [bool; 2]) {
+    /// analytics' new-flow hook. (A host taking over a slot finds its counters at zero: a
+    /// host is purged only after minutes idle, and its interval's counters go with it.)
+    pub(super) fn analytics_created(&mut self, slot: u32) {
         let Some(a) = self.analytics.as_deref_mut() else {
             return;
         };
         let f = &mut self.flows[slot as usize];
-        for (side, created) in created_hosts.into_iter().enumerate() {
-            if created {
-                a.host_created(f.hosts[side]);
-            }
-        }
         if let Some(fl) = a.filters.as_ref() {
             let k = &f.key;
             let ab = Fields {
@@ -267,7 +264,7 @@ impl Engine {
         } else {
             f.key.port_a
         };
-        a.flow_created(&flow_hosts(f), client, server_port);
+        a.flow_created(&flow_hosts(f), server_port);
     }
 
     /// A flow's share of the interval, taken from it (its interval counters restart).
@@ -315,15 +312,15 @@ impl Engine {
         let Some(a) = self.analytics.as_deref_mut() else {
             return;
         };
-        let mut live = Vec::new();
-        for f in self.flows.iter_mut() {
-            if f.live && (f.ivl_pkts != 0 || f.ivl_bytes != 0) {
-                live.push(Self::take_flow_ivl(f));
-            }
-        }
+        // Streamed: the analytics keep the top flows only, not a copy of the table.
+        let live = self
+            .flows
+            .iter_mut()
+            .filter(|f| f.live && (f.ivl_pkts != 0 || f.ivl_bytes != 0))
+            .map(Self::take_flow_ivl);
         let hosts = &self.hosts;
         let key_of = |slot: u32| hosts.get(slot).map(|h| host_addr(&h.key));
-        a.close_interval(end, next, live.into_iter(), key_of);
+        a.close_interval(end, next, live, key_of);
     }
 
     /// At the end of the input (after the last flows were emitted): closes the second and the

@@ -1,4 +1,4 @@
-//! The analytics history on local disk: every merged interval (top-N and anomaly lists) and
+//! The traffic analytics' history on local disk (`sonde_analytics` makes the records): every merged interval (top-N and anomaly lists) and
 //! every detection record, as JSON lines in one file per UTC day and kind, so "top ports
 //! between 03:00 and 03:10 last Tuesday" reads the few files of that day.
 //!
@@ -20,21 +20,8 @@ use std::path::{Path, PathBuf};
 
 const DIR: &str = "analytics";
 
-/// Days since 1970-01-01 → (year, month, day) (Howard Hinnant's civil_from_days).
-pub fn civil(days: i64) -> (i64, u32, u32) {
-    let z = days + 719_468;
-    let era = z.div_euclid(146_097);
-    let doe = z.rem_euclid(146_097);
-    let yoe = (doe - doe / 1460 + doe / 36_524 - doe / 146_096) / 365;
-    let doy = doe - (365 * yoe + yoe / 4 - yoe / 100);
-    let mp = (5 * doy + 2) / 153;
-    let d = (doy - (153 * mp + 2) / 5 + 1) as u32;
-    let m = if mp < 10 { mp + 3 } else { mp - 9 } as u32;
-    (yoe + era * 400 + (m <= 2) as i64, m, d)
-}
-
 fn day_name(unix_s: u64) -> String {
-    let (y, m, d) = civil((unix_s / 86_400) as i64);
+    let (y, m, d) = crate::filter_text::civil_from_days((unix_s / 86_400) as i64);
     format!("{y:04}-{m:02}-{d:02}")
 }
 
@@ -276,7 +263,6 @@ mod tests {
 
     #[test]
     fn days_and_torn_lines() {
-        assert_eq!(civil(0), (1970, 1, 1));
         assert_eq!(day_name(1_764_000_000), "2025-11-24");
         let dir = std::env::temp_dir().join(format!("sonde-astore-{}", std::process::id()));
         let _ = fs::remove_dir_all(&dir);
