@@ -10,6 +10,9 @@
 #   setpriv           util-linux, to run sonde as an unprivileged user in tests
 #   pytest            python3 -m pytest (apt python3-pytest, or pip when python3 is not Debian's)
 #   chromium          the browser tests/browser drives (through npm playwright-core)
+#   tcpdump, nmap (nmap, nping), hping3, curl, bind9-dnsutils (dig)
+#                     tests/system/test_analytics.py records scans, floods and ordinary traffic
+#                     on loopback with them, and reads the ground truth back with tcpdump
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -34,10 +37,16 @@ declare -A PROBE=(
     [iproute2]="cmd:ip"
     [util-linux]="cmd:setpriv"
     [chromium]="file:/usr/bin/chromium"
+    [tcpdump]="cmd:tcpdump"
+    [nmap]="cmd:nping"
+    [hping3]="cmd:hping3"
+    [curl]="cmd:curl"
+    [bind9-dnsutils]="cmd:dig"
 )
 
 missing=()
-for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium; do
+for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
+    tcpdump nmap hping3 curl bind9-dnsutils; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -79,7 +88,8 @@ fi
 "$(dirname "$0")/setup-bench-deps.sh"
 
 # Check the result.
-for c in tshark capinfos ip setpriv chromium nfcapd nfdump softflowd pmacctd; do
+for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pmacctd \
+    tcpdump nmap nping hping3 curl dig; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

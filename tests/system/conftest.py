@@ -135,3 +135,20 @@ def free_port() -> int:
     port = s.getsockname()[1]
     s.close()
     return port
+
+
+@pytest.fixture(scope="session")
+def analytics_recording(tmp_path_factory):
+    """Scans, floods and ordinary traffic recorded on loopback with nmap, nping, hping3, curl
+    and dig, once per session (tests/system/analytics_captures.py). Needs root."""
+    import analytics_captures
+
+    if os.geteuid() != 0:
+        pytest.skip("recording scans and floods on loopback needs root")
+    missing = analytics_captures.missing_tools()
+    if missing:
+        pytest.skip(f"{', '.join(missing)} not installed (run scripts/setup-test-deps.sh)")
+    try:
+        return analytics_captures.record(tmp_path_factory.mktemp("analytics"))
+    except analytics_captures.RecordError as e:
+        pytest.fail(f"recording the analytics scenarios failed: {e}", pytrace=False)

@@ -18,8 +18,9 @@ use serde_json::{json, Map, Value};
 use std::collections::{BTreeMap, BTreeSet, VecDeque};
 use std::sync::Arc;
 
-/// The shards' evidence about one watched host: peers, and (protocol, port) pairs.
-type EvidenceParts = (Vec<Part<HostAddr, Traffic>>, Vec<Part<(u8, u16), Traffic>>);
+/// The shards' evidence about one watched host, per direction (0: toward it, 1: from it):
+/// peers, and (protocol, port) pairs.
+type EvidenceParts = [(Vec<Part<HostAddr, Traffic>>, Vec<Part<(u8, u16), Traffic>>); 2];
 
 /// An anomaly seen in an interval: kind, host, evidence, targets (scans).
 type Seen = (
@@ -122,18 +123,14 @@ pub struct Merger {
     merged_interval: Option<u64>,
     /// DDoS detections by (host, direction).
     attacks: HashMap<(HostAddr, usize), Detection>,
+    /// Attacks that started in the second being merged (their first record is due).
+    started: Vec<(HostAddr, usize)>,
     /// Interval detections by (kind, host).
     anomalies: HashMap<(&'static str, HostAddr), Detection>,
     next_id: u64,
     watched: Vec<HostAddr>,
     pub live: Arc<std::sync::Mutex<Live>>,
     outputs: Vec<Box<dyn Output>>,
-}
-
-fn now_unix() -> u64 {
-    std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_secs())
 }
 
 impl Merger {
@@ -160,6 +157,7 @@ impl Merger {
             merged_second: None,
             merged_interval: None,
             attacks: HashMap::new(),
+            started: Vec::new(),
             anomalies: HashMap::new(),
             next_id: 1,
             watched: Vec::new(),
@@ -210,10 +208,11 @@ impl Merger {
     /// Merges everything pending and ends every detection in progress (end of the run).
     pub fn finish(&mut self) {
         self.merge_ready(true);
-        let last = self.merged_second.unwrap_or_else(now_unix);
+        // An attack still in its hold time ends where its rates were last above a threshold.
         let keys: Vec<_> = self.attacks.keys().copied().collect();
         for k in keys {
             if let Some(d) = self.attacks.remove(&k) {
+                let last = d.last_seen;
                 self.end(d, last);
             }
         }
@@ -280,12 +279,15 @@ impl Merger {
             filters.merge(&p.filters);
             for (h, ev) in p.evidence {
                 let e = evidence.entry(h).or_default();
-                e.0.push(Part {
-                    counters: ev.peers,
+                let part = |counters| Part { counters, floor: 0 };
+                e[0].0.push(part(ev.sources));
+                e[0].1.push(Part {
+                    counters: ev.in_ports,
                     floor: 0,
                 });
-                e.1.push(Part {
-                    counters: ev.ports,
+                e[1].0.push(part(ev.destinations));
+                e[1].1.push(Part {
+                    counters: ev.out_ports,
                     floor: 0,
                 });
             }
@@ -316,25 +318,31 @@ impl Merger {
                 self.attack_second(*h, dir, network, &limits, *rates, crossed, second);
             }
         }
-        // Evidence for the attacks it was gathered for.
-        for ((h, _), d) in self.attacks.iter_mut() {
-            if let Some((peers, ports)) = evidence.get(h) {
-                if let Some(acc) = d.ddos.as_mut() {
-                    let mut all_peers = vec![Part {
-                        counters: std::mem::take(&mut acc.peers),
-                        floor: 0,
-                    }];
-                    all_peers.extend(peers.iter().cloned());
-                    acc.peers = merge_parts(&all_peers);
-                    acc.peers.truncate(32);
-                    let mut all_ports = vec![Part {
-                        counters: std::mem::take(&mut acc.ports),
-                        floor: 0,
-                    }];
-                    all_ports.extend(ports.iter().cloned());
-                    acc.ports = merge_parts(&all_ports);
-                    acc.ports.truncate(32);
-                }
+        // Evidence for the attacks it was gathered for, before a new attack's first record.
+        for ((h, dir), d) in self.attacks.iter_mut() {
+            let (Some(ev), Some(acc)) = (evidence.get(h), d.ddos.as_mut()) else {
+                continue;
+            };
+            let (peers, ports) = &ev[*dir];
+            let mut all_peers = vec![Part {
+                counters: std::mem::take(&mut acc.peers),
+                floor: 0,
+            }];
+            all_peers.extend(peers.iter().cloned());
+            acc.peers = merge_parts(&all_peers);
+            acc.peers.truncate(32);
+            let mut all_ports = vec![Part {
+                counters: std::mem::take(&mut acc.ports),
+                floor: 0,
+            }];
+            all_ports.extend(ports.iter().cloned());
+            acc.ports = merge_parts(&all_ports);
+            acc.ports.truncate(32);
+        }
+        for key in std::mem::take(&mut self.started) {
+            if self.attacks.contains_key(&key) {
+                let rec = self.render(&self.attacks[&key], "start");
+                self.emit(rec, true);
             }
         }
         // Attacks whose rates stayed below every threshold for their hold time end.
@@ -353,7 +361,7 @@ impl Merger {
         }
         for k in ended {
             if let Some(d) = self.attacks.remove(&k) {
-                let last = d.last_above;
+                let last = d.last_seen;
                 self.end(d, last);
             }
         }
@@ -414,8 +422,8 @@ impl Merger {
             }
         }
         if is_new {
-            let rec = self.render(key_of_attack(&self.attacks, key), "start");
-            self.emit(rec, true);
+            // Its first record goes out once this second's evidence is in.
+            self.started.push(key);
         }
     }
 
@@ -617,8 +625,21 @@ impl Merger {
             }
             d.record = ev;
             if matches!(kind, "scan.ip" | "scan.port") {
+                // Evidence over every interval the scan was seen in, not only this one.
                 let distinct = scan_distinct(kind, &d.targets) + d.targets_overflow;
                 d.record.insert("targets".into(), json!(distinct));
+                let (groups, largest) = scan_groups(kind, &host, &d.targets);
+                let list = if kind == "scan.ip" {
+                    "ports"
+                } else {
+                    "destinations"
+                };
+                d.record.insert(list.into(), groups);
+                d.record.insert("largest_group".into(), json!(largest));
+                if d.targets_overflow > 0 {
+                    d.record
+                        .insert("targets_not_listed".into(), json!(d.targets_overflow));
+                }
             }
             if is_new {
                 let rec = self.render(&self.anomalies[&key], "start");
@@ -651,13 +672,6 @@ impl Merger {
         }
         self.set_watch();
     }
-}
-
-fn key_of_attack(
-    attacks: &HashMap<(HostAddr, usize), Detection>,
-    key: (HostAddr, usize),
-) -> &Detection {
-    &attacks[&key]
 }
 
 fn max_rates(a: &Rates, b: &Rates) -> Rates {
@@ -937,6 +951,44 @@ fn scan_distinct(kind: &str, targets: &BTreeSet<([u8; 16], u8, u16)>) -> u64 {
     } else {
         targets.len() as u64
     }
+}
+
+/// A scan's groups, rebuilt from all its targets: per (protocol, port) the destinations
+/// tried (IP scan), or per destination the ports tried (port scan); and the largest group.
+fn scan_groups(
+    kind: &str,
+    src: &HostAddr,
+    targets: &BTreeSet<([u8; 16], u8, u16)>,
+) -> (Value, u64) {
+    let mut out = Vec::new();
+    let mut largest = 0u64;
+    if kind == "scan.ip" {
+        let mut by_port: BTreeMap<(u8, u16), Vec<[u8; 16]>> = BTreeMap::new();
+        for (dst, p, port) in targets {
+            by_port.entry((*p, *port)).or_default().push(*dst);
+        }
+        for ((p, port), dsts) in by_port {
+            largest = largest.max(dsts.len() as u64);
+            out.push(json!({
+                "proto": proto_name(p), "port": port, "targets": dsts.len(),
+                "sample": dsts.iter().take(TARGETS_LISTED).map(|d| addr_text(d, src.ip_version)).collect::<Vec<_>>(),
+            }));
+        }
+    } else {
+        let mut by_dst: BTreeMap<[u8; 16], Vec<(u8, u16)>> = BTreeMap::new();
+        for (dst, p, port) in targets {
+            by_dst.entry(*dst).or_default().push((*p, *port));
+        }
+        for (dst, ports) in by_dst {
+            largest = largest.max(ports.len() as u64);
+            out.push(json!({
+                "destination": addr_text(&dst, src.ip_version), "targets": ports.len(),
+                "sample": ports.iter().take(TARGETS_LISTED).map(|(p, n)| json!({"proto": proto_name(*p), "port": n})).collect::<Vec<_>>(),
+            }));
+        }
+    }
+    out.sort_by(|a, b| b["targets"].as_u64().cmp(&a["targets"].as_u64()));
+    (Value::Array(out), largest)
 }
 
 fn merge_scans<'a>(groups: impl Iterator<Item = &'a ScanGroup>) -> Vec<Scan> {

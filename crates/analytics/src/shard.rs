@@ -11,7 +11,7 @@
 
 use crate::config::{AnalyticsConfig, Key, RATE_KEYS};
 use crate::filterset::{FilterCounts, FilterEval};
-use crate::sketch::{Counter, Merge, Part, SpaceSaving};
+use crate::sketch::{Counter, HeavyHitters, Merge, Part};
 use crate::types::{HostAddr, HostSecond, Rates, Traffic, Usage};
 use hashbrown::{HashMap, HashSet};
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -465,25 +465,88 @@ fn bucket(h: &HostAddr, buckets: usize) -> usize {
     ((x ^ (x >> 32)) as usize) & (buckets - 1)
 }
 
-/// What a shard saw of a watched host (one under attack) during a second: its peers, its own
-/// ports and the protocols, by packets.
+/// What a shard saw of a watched host (one under attack, or about to be) during a second, by
+/// packets: the peers that sent to it and the ports they sent to (its own), the peers it sent
+/// to and their ports.
 #[derive(Clone, Debug, Default)]
 pub struct Evidence {
-    pub peers: Vec<Counter<HostAddr, Traffic>>,
-    /// (protocol, the watched host's port).
-    pub ports: Vec<Counter<(u8, u16), Traffic>>,
+    pub sources: Vec<Counter<HostAddr, Traffic>>,
+    pub in_ports: Vec<Counter<(u8, u16), Traffic>>,
+    pub destinations: Vec<Counter<HostAddr, Traffic>>,
+    pub out_ports: Vec<Counter<(u8, u16), Traffic>>,
 }
 
 struct EvidenceAcc {
-    peers: SpaceSaving<HostAddr, Traffic>,
-    ports: SpaceSaving<(u8, u16), Traffic>,
+    sources: HeavyHitters<HostAddr, Traffic>,
+    in_ports: HeavyHitters<(u8, u16), Traffic>,
+    destinations: HeavyHitters<HostAddr, Traffic>,
+    out_ports: HeavyHitters<(u8, u16), Traffic>,
+    /// Seconds it stays watched on this shard's own account (it reached a floor here).
+    local_ttl: u32,
+    /// Watched since the second just closed: live flows are offered as its evidence once.
+    fresh: bool,
+    /// The merger asks for it.
+    wanted: bool,
 }
+
+/// Seconds a host stays watched after it last reached a floor in this shard.
+const LOCAL_WATCH_S: u32 = 10;
 
 impl EvidenceAcc {
     fn new() -> EvidenceAcc {
         EvidenceAcc {
-            peers: SpaceSaving::new(32),
-            ports: SpaceSaving::new(32),
+            sources: HeavyHitters::new(32, 1024),
+            in_ports: HeavyHitters::new(32, 1024),
+            destinations: HeavyHitters::new(32, 1024),
+            out_ports: HeavyHitters::new(32, 1024),
+            local_ttl: 0,
+            fresh: false,
+            wanted: false,
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.sources.is_empty() && self.destinations.is_empty()
+    }
+
+    /// A flow between the watched host (side `me`) and a peer.
+    fn add(&mut self, h: &FlowHosts, me: usize, pkts: [u64; 2], bytes: [u64; 2]) {
+        let peer = 1 - me;
+        // pkts[0] went from side a to side b.
+        let (inbound, outbound) = (
+            Traffic {
+                packets: pkts[peer],
+                bytes: bytes[peer],
+            },
+            Traffic {
+                packets: pkts[me],
+                bytes: bytes[me],
+            },
+        );
+        if inbound.packets > 0 {
+            self.sources
+                .add(h.addrs[peer], inbound.packets, |v| v.merge(&inbound));
+            self.in_ports
+                .add((h.proto, h.ports[me]), inbound.packets, |v| {
+                    v.merge(&inbound)
+                });
+        }
+        if outbound.packets > 0 {
+            self.destinations
+                .add(h.addrs[peer], outbound.packets, |v| v.merge(&outbound));
+            self.out_ports
+                .add((h.proto, h.ports[peer]), outbound.packets, |v| {
+                    v.merge(&outbound)
+                });
+        }
+    }
+
+    fn take(&mut self) -> Evidence {
+        Evidence {
+            sources: self.sources.take_sorted(),
+            in_ports: self.in_ports.take_sorted(),
+            destinations: self.destinations.take_sorted(),
+            out_ports: self.out_ports.take_sorted(),
         }
     }
 }
@@ -576,14 +639,14 @@ pub struct ShardAnalytics {
     /// Per rate key, the least a host must reach in this shard to be reported for a second.
     floors: [u64; RATE_KEYS.len()],
     /// This second's traffic of hosts without a host-table entry: [inbound, outbound].
-    overflow_sec: [SpaceSaving<HostAddr, Rates>; 2],
+    overflow_sec: [HeavyHitters<HostAddr, Rates>; 2],
     sec_total: Traffic,
-    syn: SpaceSaving<HostAddr, SynStats>,
+    syn: HeavyHitters<HostAddr, SynStats>,
     scans: ScanTracker,
-    icmp_senders: SpaceSaving<HostAddr, IcmpStats>,
-    icmp_receivers: SpaceSaving<HostAddr, IcmpStats>,
-    overflow_talkers: SpaceSaving<HostAddr, Traffic>,
-    overflow_destinations: SpaceSaving<HostAddr, Traffic>,
+    icmp_senders: HeavyHitters<HostAddr, IcmpStats>,
+    icmp_receivers: HeavyHitters<HostAddr, IcmpStats>,
+    overflow_talkers: HeavyHitters<HostAddr, Traffic>,
+    overflow_destinations: HeavyHitters<HostAddr, Traffic>,
     ended_flows: Vec<FlowIvl>,
     ports: HashMap<(u8, u16), Usage>,
     apps: HashMap<(u16, u16), Usage>,
@@ -591,6 +654,8 @@ pub struct ShardAnalytics {
     watch: Arc<WatchList>,
     watch_generation: u64,
     watched: HashMap<HostAddr, EvidenceAcc>,
+    /// The second closed but not handed over yet (see [`ShardAnalytics::close_second`]).
+    pending_second: Option<SecondReport>,
     ready: Vec<Report>,
     interval_start: Option<u64>,
 }
@@ -600,6 +665,8 @@ const SYN_COUNTERS: usize = 2048;
 const ICMP_COUNTERS: usize = 512;
 const OVERFLOW_COUNTERS: usize = 1024;
 const SCAN_BUDGET: usize = 1 << 18;
+/// Count-Min width in front of each sketch (4 rows of this many u32: 64 KiB).
+const SKETCH_WIDTH: usize = 4096;
 
 impl ShardAnalytics {
     pub fn new(cfg: Arc<AnalyticsConfig>, watch: Arc<WatchList>) -> ShardAnalytics {
@@ -626,16 +693,16 @@ impl ShardAnalytics {
             sec_number: 1,
             floors,
             overflow_sec: [
-                SpaceSaving::new(OVERFLOW_COUNTERS),
-                SpaceSaving::new(OVERFLOW_COUNTERS),
+                HeavyHitters::new(OVERFLOW_COUNTERS, SKETCH_WIDTH),
+                HeavyHitters::new(OVERFLOW_COUNTERS, SKETCH_WIDTH),
             ],
             sec_total: Traffic::default(),
-            syn: SpaceSaving::new(SYN_COUNTERS),
+            syn: HeavyHitters::new(SYN_COUNTERS, SKETCH_WIDTH),
             scans: ScanTracker::new(SCAN_BUDGET),
-            icmp_senders: SpaceSaving::new(ICMP_COUNTERS),
-            icmp_receivers: SpaceSaving::new(ICMP_COUNTERS),
-            overflow_talkers: SpaceSaving::new(OVERFLOW_COUNTERS),
-            overflow_destinations: SpaceSaving::new(OVERFLOW_COUNTERS),
+            icmp_senders: HeavyHitters::new(ICMP_COUNTERS, SKETCH_WIDTH),
+            icmp_receivers: HeavyHitters::new(ICMP_COUNTERS, SKETCH_WIDTH),
+            overflow_talkers: HeavyHitters::new(OVERFLOW_COUNTERS, SKETCH_WIDTH),
+            overflow_destinations: HeavyHitters::new(OVERFLOW_COUNTERS, SKETCH_WIDTH),
             ended_flows: Vec::new(),
             ports: HashMap::new(),
             apps: HashMap::new(),
@@ -643,6 +710,7 @@ impl ShardAnalytics {
             watch,
             watch_generation: 0,
             watched: HashMap::new(),
+            pending_second: None,
             ready: Vec::new(),
             interval_start: None,
             cfg,
@@ -831,17 +899,20 @@ impl ShardAnalytics {
 
     #[cold]
     fn evidence(&mut self, h: &FlowHosts, pkts: [u64; 2], bytes: [u64; 2]) {
-        let t = Traffic {
-            packets: pkts[0] + pkts[1],
-            bytes: bytes[0] + bytes[1],
-        };
-        for side in 0..2 {
-            let Some(acc) = self.watched.get_mut(&h.addrs[side]) else {
-                continue;
-            };
-            acc.peers.add(h.addrs[1 - side], t.packets, |v| v.merge(&t));
-            acc.ports
-                .add((h.proto, h.ports[side]), t.packets, |v| v.merge(&t));
+        for me in 0..2 {
+            if let Some(acc) = self.watched.get_mut(&h.addrs[me]) {
+                acc.add(h, me, pkts, bytes);
+            }
+        }
+    }
+
+    /// A live flow, with its counts so far, offered as evidence about the hosts that just
+    /// started to be watched (see [`ShardAnalytics::close_second`]).
+    pub fn evidence_from_flow(&mut self, h: &FlowHosts, pkts: [u64; 2], bytes: [u64; 2]) {
+        for me in 0..2 {
+            if let Some(acc) = self.watched.get_mut(&h.addrs[me]).filter(|a| a.fresh) {
+                acc.add(h, me, pkts, bytes);
+            }
         }
     }
 
@@ -965,9 +1036,12 @@ impl ShardAnalytics {
         second - second % self.cfg.interval_s.max(1)
     }
 
-    /// Closes the second that started at `second`: reports the hosts that reached a floor, the
-    /// filter-set counts and the evidence; adds the second to the interval.
-    pub fn close_second(&mut self, second: u64, key_of: impl Fn(u32) -> Option<HostAddr>) {
+    /// Closes the second that started at `second`: the hosts that reached a floor, the
+    /// filter-set counts; adds the second to the interval. Returns whether hosts that reached
+    /// a floor were not watched yet: the engine then offers its live flows as their evidence
+    /// ([`ShardAnalytics::evidence_from_flow`]) before [`ShardAnalytics::seal_second`] hands
+    /// the report over, so a flood's first record already names its sources.
+    pub fn close_second(&mut self, second: u64, key_of: impl Fn(u32) -> Option<HostAddr>) -> bool {
         let mut rep = SecondReport {
             second,
             ..SecondReport::default()
@@ -1025,24 +1099,44 @@ impl ShardAnalytics {
             rep.filters = f.second.clone();
             f.second.clear();
         }
-        for (host, acc) in self.watched.iter_mut() {
-            if acc.peers.is_empty() && acc.ports.is_empty() {
-                continue;
-            }
-            rep.evidence.push((
-                *host,
-                Evidence {
-                    peers: acc.peers.take_sorted(),
-                    ports: acc.ports.take_sorted(),
-                },
-            ));
-        }
         rep.total = std::mem::take(&mut self.sec_total);
+        // Hosts that reached a floor here are watched here, whatever the merger decides.
+        let mut new = false;
+        for (h, _) in &rep.hosts {
+            let acc = self.watched.entry(*h).or_insert_with(|| {
+                new = true;
+                EvidenceAcc {
+                    fresh: true,
+                    ..EvidenceAcc::new()
+                }
+            });
+            acc.local_ttl = LOCAL_WATCH_S;
+        }
+        self.pending_second = Some(rep);
+        new
+    }
+
+    /// Hands the second closed by [`ShardAnalytics::close_second`] over, with the evidence
+    /// gathered about watched hosts.
+    pub fn seal_second(&mut self) {
+        let Some(mut rep) = self.pending_second.take() else {
+            return;
+        };
+        for (host, acc) in self.watched.iter_mut() {
+            acc.fresh = false;
+            if !acc.is_empty() {
+                rep.evidence.push((*host, acc.take()));
+            }
+        }
         self.refresh_watch();
         self.ready.push(Report::Second(rep));
     }
 
     fn refresh_watch(&mut self) {
+        for acc in self.watched.values_mut() {
+            acc.local_ttl = acc.local_ttl.saturating_sub(1);
+        }
+        self.watched.retain(|_, a| a.wanted || a.local_ttl > 0);
         let g = self.watch.generation.load(Ordering::Acquire);
         if g == self.watch_generation {
             return;
@@ -1054,9 +1148,14 @@ impl ShardAnalytics {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone();
-        self.watched.retain(|h, _| hosts.contains(h));
+        for acc in self.watched.values_mut() {
+            acc.wanted = false;
+        }
         for h in hosts {
-            self.watched.entry(h).or_insert_with(EvidenceAcc::new);
+            self.watched
+                .entry(h)
+                .or_insert_with(EvidenceAcc::new)
+                .wanted = true;
         }
     }
 

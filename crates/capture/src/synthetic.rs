@@ -21,6 +21,10 @@ pub struct SyntheticSpec {
     /// Packets to produce; `None` runs until stopped.
     pub packets: Option<u64>,
     pub random_src: bool,
+    /// Heavy hitters mixed into the traffic: one packet in 16 comes from one of this many
+    /// fixed sources (172.16.0.1, .2, …, in turn), one flow each, to host 0 (a flood's real
+    /// culprits among random sources, for the analytics' top lists).
+    pub heavy: u32,
     pub seed: u64,
     pub payload: Payload,
 }
@@ -49,6 +53,7 @@ impl SyntheticSpec {
             size: 64,
             packets: None,
             random_src: false,
+            heavy: 0,
             seed: 1,
             payload: Payload::Zero,
         };
@@ -78,6 +83,13 @@ impl SyntheticSpec {
                 "packets" => s.packets = Some(num(v)?),
                 "seed" => s.seed = num(v)?,
                 "random-src" => s.random_src = true,
+                "heavy" => {
+                    s.heavy = num(v)?
+                        .try_into()
+                        .ok()
+                        .filter(|&h: &u32| h <= 250)
+                        .ok_or_else(|| bad("heavy must be at most 250".into()))?;
+                }
                 "payload" => {
                     s.payload = match v {
                         "zero" => Payload::Zero,
@@ -267,15 +279,21 @@ impl SyntheticSource {
         if self.t >= self.local_flows {
             self.t -= self.local_flows;
         }
-        let src_ip = if self.spec.random_src {
+        let heavy = self.spec.heavy > 0 && self.produced.is_multiple_of(16);
+        let (src_ip, dst_ip) = if heavy {
+            let h = (self.produced / 16 % self.spec.heavy as u64) as u32;
+            (0xac10_0001 + h, host_ip(0))
+        } else if self.spec.random_src {
             self.rng ^= self.rng << 13;
             self.rng ^= self.rng >> 7;
             self.rng ^= self.rng << 17;
-            (self.rng >> 16) as u32
+            (
+                (self.rng >> 16) as u32,
+                host_ip(if j + 1 == n { 0 } else { j + 1 }),
+            )
         } else {
-            host_ip(j)
+            (host_ip(j), host_ip(if j + 1 == n { 0 } else { j + 1 }))
         };
-        let dst_ip = host_ip(if j + 1 == n { 0 } else { j + 1 });
         let kinds = self.rings.len() as u32;
         let ring_index = if kinds == 1 { 0 } else { (j % kinds) as usize };
         let ring = &mut self.rings[ring_index];
@@ -290,7 +308,11 @@ impl SyntheticSource {
         f[ETH + 12..ETH + 16].copy_from_slice(&src_ip.to_be_bytes());
         f[ETH + 16..ETH + 20].copy_from_slice(&dst_ip.to_be_bytes());
         // Ports spread flows; ports repeat past 60k hosts, addresses keep flows distinct.
-        let sport = 1024 + (j & 0x7fff) as u16;
+        let sport = if heavy {
+            999
+        } else {
+            1024 + (j & 0x7fff) as u16
+        };
         f[l4..l4 + 2].copy_from_slice(&sport.to_be_bytes());
         Some((ring_index as u8, off as u32))
     }
@@ -471,6 +493,7 @@ mod tests {
                 size: 64,
                 packets: Some(n as u64 * 2),
                 random_src: false,
+                heavy: 0,
                 seed: 1,
                 payload: Payload::Zero,
             };

@@ -297,15 +297,32 @@ impl Engine {
     /// After the tick's walk: closes the analytics second that ended, and the interval when
     /// packet time passed its end.
     pub(super) fn analytics_tick(&mut self, closed_second: u64, now_s: u64) {
+        // The first tick comes with the first packet: no second has been counted yet.
+        if self.ticks > 0 {
+            self.close_analytics_second(closed_second);
+        }
+        let Some(a) = self.analytics.as_deref_mut() else {
+            return;
+        };
+        if let Some((end, next)) = a.interval_due(now_s) {
+            self.close_analytics_interval(end, next);
+        }
+    }
+
+    fn close_analytics_second(&mut self, second: u64) {
         let Some(a) = self.analytics.as_deref_mut() else {
             return;
         };
         let hosts = &self.hosts;
         let key_of = |slot: u32| hosts.get(slot).map(|h| host_addr(&h.key));
-        a.close_second(closed_second, key_of);
-        if let Some((end, next)) = a.interval_due(now_s) {
-            self.close_analytics_interval(end, next);
+        if a.close_second(second, key_of) {
+            // Hosts that just reached a floor: their live flows are the first evidence (a
+            // walk over the table, only when a host starts to look attacked).
+            for f in self.flows.iter().filter(|f| f.live) {
+                a.evidence_from_flow(&flow_hosts(f), f.pkts, f.bytes);
+            }
         }
+        a.seal_second();
     }
 
     fn close_analytics_interval(&mut self, end: u64, next: u64) {
@@ -332,12 +349,10 @@ impl Engine {
         self.flush_batch();
         let second = self.interval_start_s();
         let now_s = self.now_ns / 1_000_000_000;
+        self.close_analytics_second(second);
         let Some(a) = self.analytics.as_deref_mut() else {
             return;
         };
-        let hosts = &self.hosts;
-        let key_of = |slot: u32| hosts.get(slot).map(|h| host_addr(&h.key));
-        a.close_second(second, key_of);
         let _ = a.interval_due(now_s);
         let end = now_s.max(second) + 1;
         self.close_analytics_interval(end, end);
