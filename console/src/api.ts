@@ -168,6 +168,193 @@ export interface HistoryRow {
   bytes: number;
 }
 
+/** A host of a top-N list (talkers: bytes sent; destinations: bytes received). */
+export interface IntervalHost {
+  host: string;
+  packets: number;
+  bytes: number;
+  vlan?: number;
+  /** How much the count may be over (a host counted in a sketch): 0 or absent when exact. */
+  error_bytes?: number;
+}
+
+export interface IntervalFlow {
+  client: string;
+  client_port: number;
+  server: string;
+  server_port: number;
+  /** "tcp", "udp", "icmp" … or the protocol number as text. */
+  proto: string;
+  packets: number;
+  bytes: number;
+  app: string;
+}
+
+export interface IntervalPort {
+  proto: string;
+  port: number;
+  packets: number;
+  bytes: number;
+  flows: number;
+}
+
+export interface IntervalApp {
+  app: string;
+  packets: number;
+  bytes: number;
+  flows: number;
+}
+
+/** A host's TCP control packets in an interval (Ourmon's SYN list). */
+export interface SynEntry {
+  host: string;
+  syn_sent: number;
+  synack_received: number;
+  fin_sent: number;
+  rst_sent: number;
+  rst_received: number;
+  tcp_packets: number;
+  /** (SYNs + FINs sent + RSTs received) / TCP packets, in percent. */
+  work_weight: number;
+  /** SYN/ACKs received per SYN sent, in percent. */
+  answered_pct: number;
+  /** The port signature: ports the SYNs went to, with their counts. */
+  ports: { port: number; count: number }[];
+  other_ports: number;
+  noisy: boolean;
+  error: number;
+}
+
+/** A source that tried many destinations on a port (scan.ip) or many ports of a destination (scan.port). */
+export interface Scanner {
+  type: 'scan.ip' | 'scan.port';
+  host: string;
+  targets: number;
+  largest_group: number;
+  ports?: { proto: string; port: number; targets: number; sample: string[] }[];
+  destinations?: { destination: string; targets: number; sample: { proto: string; port: number }[] }[];
+}
+
+export interface IcmpEntry {
+  host: string;
+  errors: number;
+  unreachable: number;
+  port_unreachable: number;
+  time_exceeded: number;
+  /** What the errors answered: the probes' protocol, destination and port. */
+  probes: { proto: string; dst: string; port: number; count: number }[];
+  peers: { host: string; count: number }[];
+  error?: number;
+}
+
+/** One merged interval of the analytics (start and end in Unix seconds of packet time). */
+export interface Interval {
+  start: number;
+  end: number;
+  packets: number;
+  bytes: number;
+  hosts: number;
+  talkers: IntervalHost[];
+  talkers_total: number;
+  destinations: IntervalHost[];
+  destinations_total: number;
+  flows: IntervalFlow[];
+  flows_total: number;
+  ports: IntervalPort[];
+  ports_total: number;
+  apps: IntervalApp[];
+  apps_total: number;
+  syn: SynEntry[];
+  noisy_hosts: number;
+  scanners: Scanner[];
+  icmp_senders: IcmpEntry[];
+  icmp_receivers: IcmpEntry[];
+}
+
+export interface IntervalAnswer {
+  interval_s: number;
+  top_n: number;
+  interval: Interval | null;
+  /** Ourmon's worm graph: noisy hosts per interval. */
+  worm: { start: number; noisy_hosts: number }[];
+}
+
+/** The lists `/api/v1/history/intervals/top/{list}` adds up over a range. */
+export type TopList = 'talkers' | 'destinations' | 'ports' | 'apps' | 'flows';
+
+export interface HistoryIntervalTop<R> {
+  from: number;
+  to: number;
+  rows: R[];
+  intervals: number;
+  /** Intervals of the range whose list was cut at --top-n: the sums may then be low. */
+  intervals_cut: number;
+}
+
+export type DetectionType = 'scan.ip' | 'scan.port' | 'syn_flood' | 'ddos' | 'icmp_errors' | 'noisy_host';
+
+/** Per-second rates (peak) or sums over an attack (total). */
+export interface Rates {
+  packets: number;
+  bytes: number;
+  flows: number;
+  syn: number;
+  udp: number;
+  icmp: number;
+  tcp: number;
+  fragments: number;
+}
+
+/** What a detection rests on; which fields are there depends on its type. */
+export interface Evidence {
+  /** Floods: the thresholds crossed, with the highest value seen. */
+  crossed?: { metric: string; peak: number; threshold: number }[];
+  seconds?: number;
+  peak?: Rates;
+  total?: Rates;
+  protocols?: Record<string, number>;
+  top_sources?: { host: string; packets: number; bytes: number }[];
+  top_destinations?: { host: string; packets: number; bytes: number }[];
+  top_ports?: { proto: string; port: number; packets: number; bytes: number }[];
+  /** Scans (the last interval's groups). */
+  largest_group?: number;
+  ports?: Scanner['ports'];
+  destinations?: Scanner['destinations'];
+  /** ICMP errors: whether the host sent or received them. */
+  role?: 'sender' | 'receiver';
+  icmp?: IcmpEntry;
+  /** Noisy hosts: the SYN list entry. */
+  syn?: SynEntry;
+}
+
+/** A detection: in progress ("start", "active") or ended ("end"). Times are Unix seconds. */
+export interface Detection {
+  id: number;
+  type: DetectionType;
+  event: 'start' | 'active' | 'end';
+  host: string;
+  vlan?: number;
+  first_seen: number;
+  last_seen: number;
+  targets?: number;
+  direction?: 'in' | 'out';
+  network?: string;
+  evidence: Evidence;
+}
+
+export interface Anomalies {
+  active: Detection[];
+  /** Newest first. */
+  recent: Detection[];
+  totals: Record<string, number>;
+}
+
+export interface FilterSets {
+  sets: { name: string; expressions: { label: string; expr: string; native: boolean; packets: number; bytes: number }[] }[];
+  /** Per second: [packets, bytes] per expression, in the order of the sets and their expressions. */
+  seconds: { t: number; counts: [number, number][] }[];
+}
+
 export interface Accounts {
   users: { name: string; role: string }[];
   tokens: { name: string; role: string }[];
@@ -243,6 +430,11 @@ export const api = {
     request<{ flows: StoredFlow[]; offset: number; limit: number; more: boolean }>('GET', `/api/v1/history/flows${query(params)}`, undefined, signal),
   historyTop: (what: 'hosts' | 'apps', params: Params, signal?: AbortSignal) =>
     request<{ rows: HistoryRow[] }>('GET', `/api/v1/history/top/${what}${query(params)}`, undefined, signal),
+  interval: (signal?: AbortSignal) => request<IntervalAnswer>('GET', '/api/v1/interval', undefined, signal),
+  historyIntervalTop: <R>(list: TopList, params: Params, signal?: AbortSignal) =>
+    request<HistoryIntervalTop<R>>('GET', `/api/v1/history/intervals/top/${list}${query(params)}`, undefined, signal),
+  anomalies: (params: Params, signal?: AbortSignal) => request<Anomalies>('GET', `/api/v1/anomalies${query(params)}`, undefined, signal),
+  filtersets: (seconds: number, signal?: AbortSignal) => request<FilterSets>('GET', `/api/v1/filtersets${query({ seconds })}`, undefined, signal),
   accounts: () => request<Accounts>('GET', '/api/v1/admin/users'),
   addUser: (name: string, role: string, password: string) =>
     request<{ name: string; role: string }>('POST', '/api/v1/admin/users', { name, role, password }),

@@ -25,6 +25,8 @@ export interface ChartOptions {
   /** Live charts: seconds kept and shown, up to the newest point. */
   window?: number;
   height?: number;
+  /** Counts (noisy hosts): the y axis steps by whole numbers. */
+  integer?: boolean;
 }
 
 export class TimeChart {
@@ -74,6 +76,7 @@ export class TimeChart {
         // Wide enough for "999 Mbit/s": uPlot's default cuts long labels.
         size: 84,
         values: (_u, splits) => splits.map((v) => (s ? s.format(v) : String(v))),
+        ...(this.opts.integer ? { incrs: [1, 2, 5, 10, 20, 50, 100, 200, 500, 1e3, 2e3, 5e3, 1e4, 1e5, 1e6] } : {}),
       };
     };
     const hasRight = this.opts.series.some((s) => s.axis === 'right');

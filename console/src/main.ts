@@ -2,18 +2,21 @@
 // Each view lives in views/ and is stopped (timers, event streams) when the user leaves it.
 
 import './style.css';
-import { api, setUnauthorizedHandler, type Me } from './api';
+import { api, ApiError, setUnauthorizedHandler, type FilterSets, type Me } from './api';
 import { el, link, replace } from './dom';
 import { href, parse } from './router';
 import * as theme from './theme';
+import { anomalies } from './views/anomalies';
 import { applications } from './views/applications';
 import { dashboard } from './views/dashboard';
+import { filters } from './views/filters';
 import { flows } from './views/flows';
 import { history } from './views/history';
 import { host } from './views/host';
 import { hosts } from './views/hosts';
 import { iface } from './views/iface';
 import { login } from './views/login';
+import { top } from './views/top';
 import { users } from './views/users';
 import type { Stop, View } from './views/view';
 
@@ -25,6 +28,10 @@ interface Page {
   adminOnly?: boolean;
   /** Shown in the navigation only when sonde keeps a history (--data-dir). */
   needsHistory?: boolean;
+  /** Shown only when the traffic analytics are on (the default; not --analytics off). */
+  needsAnalytics?: boolean;
+  /** Shown only when a --filter-set is configured. */
+  needsFilters?: boolean;
 }
 
 const PAGES: Record<string, Page> = {
@@ -33,6 +40,9 @@ const PAGES: Record<string, Page> = {
   flows: { view: flows, title: 'Flows', nav: true },
   applications: { view: applications, title: 'Applications', nav: true },
   interface: { view: iface, title: 'Interface', nav: true },
+  top: { view: top, title: 'Top-N', nav: true, needsAnalytics: true },
+  anomalies: { view: anomalies, title: 'Anomalies', nav: true, needsAnalytics: true },
+  filters: { view: filters, title: 'Filters', nav: true, needsFilters: true },
   history: { view: history, title: 'History', nav: true, needsHistory: true },
   users: { view: users, title: 'Users', nav: true, adminOnly: true },
   host: { view: host, title: 'Host' },
@@ -45,6 +55,9 @@ const meBox = document.getElementById('me') as HTMLElement;
 let me: Me | null = null;
 /** Whether sonde was started with --data-dir (from /api/v1/health). */
 let hasHistory = false;
+/** Whether the analytics are on, and whether filter-sets are configured (/api/v1/filtersets). */
+let hasAnalytics = false;
+let hasFilters = false;
 let stop: Stop | undefined;
 
 function stopView() {
@@ -55,7 +68,14 @@ function stopView() {
 /** The navigation, the current user and the buttons (theme, logout). */
 function chrome() {
   const items = Object.entries(PAGES)
-    .filter(([, p]) => p.nav && (!p.adminOnly || me?.role === 'admin') && (!p.needsHistory || hasHistory))
+    .filter(
+      ([, p]) =>
+        p.nav &&
+        (!p.adminOnly || me?.role === 'admin') &&
+        (!p.needsHistory || hasHistory) &&
+        (!p.needsAnalytics || hasAnalytics) &&
+        (!p.needsFilters || hasFilters),
+    )
     .map(([name, p]) => el('li', {}, link(href(name), p.title, { 'data-view': name })));
   replace(nav, me ? el('ul', {}, ...items) : null);
 
@@ -94,7 +114,11 @@ function showLogin() {
 /** After a login (or with a session already open): what the server offers, then the page. */
 async function signedIn(who: Me) {
   me = who;
-  hasHistory = (await api.health().catch(() => null))?.history === true;
+  const [health, sets] = await Promise.all([api.health().catch(() => null), api.filtersets(0).catch((e: unknown) => e)]);
+  hasHistory = health?.history === true;
+  // A 404 means --analytics off; any other failure leaves the pages in (they say what is wrong).
+  hasAnalytics = !(sets instanceof ApiError && sets.status === 404);
+  hasFilters = !(sets instanceof Error) && (sets as FilterSets).sets.length > 0;
   chrome();
   route(false);
 }
@@ -116,7 +140,7 @@ function route(focus = true) {
     return;
   }
   document.title = `${page.title}${r.arg ? ` ${r.arg}` : ''} · sonde`;
-  stop = page.view(main, r, { me, history: hasHistory }) ?? undefined;
+  stop = page.view(main, r, { me, history: hasHistory, analytics: hasAnalytics, filters: hasFilters }) ?? undefined;
   if (focus) main.focus({ preventScroll: true });
 }
 

@@ -9,14 +9,16 @@ import { el } from './dom';
 import * as fmt from './format';
 import { num } from './table';
 
-const HOUR = 3600;
-const RANGES: [string, number][] = [
+export const HOUR = 3600;
+/** The spans a history chart offers: its button text and length in seconds. */
+export const SPANS: [string, number][] = [
   ['1 h', HOUR],
   ['24 h', 24 * HOUR],
   ['7 d', 7 * 24 * HOUR],
   ['1 y', 365 * 24 * HOUR],
 ];
-const RESOLUTION: Record<string, number> = { '1s': 1, '1m': 60, '1h': HOUR, '1d': 24 * HOUR };
+/** The length of an interval of each resolution the server picks, in seconds. */
+export const RESOLUTION: Record<string, number> = { '1s': 1, '1m': 60, '1h': HOUR, '1d': 24 * HOUR };
 /** Where each total is in a point's `value` (the API's `metrics`). */
 const BYTES_IN = 0;
 const BYTES_OUT = 1;
@@ -44,7 +46,7 @@ export function seriesCard(opts: SeriesChartOptions): { el: HTMLElement; stop: (
   });
   const status = el('p', { class: 'error', role: 'alert' });
   const totals = el('dl', { class: 'stats' });
-  const buttons = RANGES.map(([label, seconds]) => {
+  const buttons = SPANS.map(([label, seconds]) => {
     const b = el('button', { type: 'button', class: 'toggle', 'aria-pressed': 'false', 'data-range': label }, label);
     b.addEventListener('click', () => void load(seconds));
     return b;
@@ -78,7 +80,7 @@ export function seriesCard(opts: SeriesChartOptions): { el: HTMLElement; stop: (
   async function load(seconds: number) {
     ctl?.abort();
     const c = (ctl = new AbortController());
-    buttons.forEach((b, i) => b.setAttribute('aria-pressed', String(RANGES[i][1] === seconds)));
+    buttons.forEach((b, i) => b.setAttribute('aria-pressed', String(SPANS[i][1] === seconds)));
     box.dataset.state = 'loading';
     try {
       const { s, from, to } = await fetchRange(seconds, c.signal);

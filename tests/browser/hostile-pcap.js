@@ -24,16 +24,30 @@ export const USER_AGENT = `${IMG} ${SCRIPT}`;
 /** DNS labels (each under 64 bytes); the name reads them joined by dots. */
 export const DNS_LABELS = [SCRIPT, IMG, QUOTES, 'example'];
 
-const ip4 = (s) => Buffer.from(s.split('.').map(Number));
-const u16 = (n) => Buffer.from([n >> 8, n & 255]);
+// The packet builders are shared with attack-pcap.js.
+export const ip4 = (s) => Buffer.from(s.split('.').map(Number));
+export const u16 = (n) => Buffer.from([n >> 8, n & 255]);
 const u24 = (n) => Buffer.from([(n >> 16) & 255, (n >> 8) & 255, n & 255]);
-const u32 = (n) => Buffer.from([(n >>> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255]);
+export const u32 = (n) => Buffer.from([(n >>> 24) & 255, (n >> 16) & 255, (n >> 8) & 255, n & 255]);
 
-function checksum(buf) {
+export function checksum(buf) {
   let s = 0;
   for (let i = 0; i < buf.length; i += 2) s += (buf[i] << 8) + (i + 1 < buf.length ? buf[i + 1] : 0);
   while (s > 0xffff) s = (s & 0xffff) + (s >> 16);
   return ~s & 0xffff;
+}
+
+/** An IPv4 header (checksummed) for a payload of `length` bytes. */
+export function ipv4Header(src, dst, proto, length) {
+  const ip = Buffer.concat([Buffer.from([0x45, 0]), u16(20 + length), u16(1), u16(0x4000), Buffer.from([64, proto]), u16(0), ip4(src), ip4(dst)]);
+  ip.writeUInt16BE(checksum(ip), 10);
+  return ip;
+}
+
+/** Ethernet + IPv4 around an L4 payload whose checksums are done. */
+export function ethIpv4(src, dst, proto, l4) {
+  const eth = Buffer.concat([Buffer.from([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]), u16(0x0800)]);
+  return Buffer.concat([eth, ipv4Header(src, dst, proto, l4.length), l4]);
 }
 
 /** Ethernet + IPv4 around an L4 segment (with its checksum over the pseudo-header). */
@@ -41,18 +55,15 @@ function frame(src, dst, proto, l4, csumAt) {
   const pseudo = Buffer.concat([ip4(src), ip4(dst), Buffer.from([0, proto]), u16(l4.length)]);
   l4.writeUInt16BE(0, csumAt);
   l4.writeUInt16BE(checksum(Buffer.concat([pseudo, l4])) || 0xffff, csumAt);
-  const ip = Buffer.concat([Buffer.from([0x45, 0]), u16(20 + l4.length), u16(1), u16(0x4000), Buffer.from([64, proto]), u16(0), ip4(src), ip4(dst)]);
-  ip.writeUInt16BE(checksum(ip), 10);
-  const eth = Buffer.concat([Buffer.from([2, 0, 0, 0, 0, 2, 2, 0, 0, 0, 0, 1]), u16(0x0800)]);
-  return Buffer.concat([eth, ip, l4]);
+  return ethIpv4(src, dst, proto, l4);
 }
 
-function tcp(src, sport, dst, dport, seq, ack, flags, payload = Buffer.alloc(0)) {
+export function tcp(src, sport, dst, dport, seq, ack, flags, payload = Buffer.alloc(0)) {
   const h = Buffer.concat([u16(sport), u16(dport), u32(seq), u32(ack), Buffer.from([0x50, flags]), u16(65535), u16(0), u16(0)]);
   return frame(src, dst, 6, Buffer.concat([h, payload]), 16);
 }
 
-function udp(src, sport, dst, dport, payload) {
+export function udp(src, sport, dst, dport, payload) {
   const h = Buffer.concat([u16(sport), u16(dport), u16(8 + payload.length), u16(0)]);
   return frame(src, dst, 17, Buffer.concat([h, payload]), 6);
 }
@@ -111,15 +122,22 @@ export function writeHostilePcap(file, seconds = 4) {
     udp(CLIENT, 40004, RESOLVED, 9999, Buffer.from('hello')),
   ];
   const start = 1_700_000_000;
+  writePcap(
+    file,
+    packets.map((p, i) => ({ usec: start * 1e6 + Math.round((i * seconds * 1e6) / packets.length), frame: p })),
+  );
+}
+
+/** A pcap file (Ethernet, microseconds) of `records`: {usec: Unix time in µs, frame}. */
+export function writePcap(file, records) {
   const out = [Buffer.from([0xd4, 0xc3, 0xb2, 0xa1, 2, 0, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0xff, 0xff, 0, 0, 1, 0, 0, 0])];
-  packets.forEach((p, i) => {
-    const usec = Math.round((i * seconds * 1e6) / packets.length);
+  for (const { usec, frame: p } of records) {
     const rec = Buffer.alloc(16);
-    rec.writeUInt32LE(start + Math.floor(usec / 1e6), 0);
+    rec.writeUInt32LE(Math.floor(usec / 1e6), 0);
     rec.writeUInt32LE(usec % 1e6, 4);
     rec.writeUInt32LE(p.length, 8);
     rec.writeUInt32LE(p.length, 12);
     out.push(rec, p);
-  });
+  }
   writeFileSync(file, Buffer.concat(out));
 }

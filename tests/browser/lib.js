@@ -73,13 +73,14 @@ export function addUser(usersFile, name, role, password) {
 
 /**
  * Starts `sonde -r CAPTURE --replay realtime --http 127.0.0.1:PORT --users FILE` and waits until
- * it answers. On a first start (no user in FILE) sonde prints the generated admin password on
- * stderr: it is returned as `adminPassword`.
+ * it answers (`realtime: false`: the capture is read as fast as it goes). On a first start (no
+ * user in FILE) sonde prints the generated admin password on stderr: it is returned as
+ * `adminPassword`.
  */
-export async function startSonde({ capture, usersFile, args = [] }) {
+export async function startSonde({ capture, usersFile, args = [], realtime = true }) {
   const port = await freePort();
   const url = `http://127.0.0.1:${port}`;
-  const argv = ['-r', capture, '--replay', 'realtime', '--http', `127.0.0.1:${port}`, '--users', usersFile, ...args];
+  const argv = ['-r', capture, ...(realtime ? ['--replay', 'realtime'] : []), '--http', `127.0.0.1:${port}`, '--users', usersFile, ...args];
   const proc = spawn(SONDE, argv, { stdio: ['ignore', 'ignore', 'pipe'] });
   let stderr = '';
   proc.stderr.setEncoding('utf8');

@@ -154,7 +154,11 @@ def test_api_answers_equal_tshark_and_the_engine(served):
                                  "/api/v1/history/flows", "/api/v1/history/top/{what}",
                                  "/api/v1/login", "/api/v1/logout", "/api/v1/me",
                                  "/api/v1/admin/users", "/api/v1/admin/users/{name}",
-                                 "/api/v1/admin/tokens", "/api/v1/admin/tokens/{name}"}
+                                 "/api/v1/admin/tokens", "/api/v1/admin/tokens/{name}",
+                                 "/api/v1/anomalies", "/api/v1/interval", "/api/v1/filtersets",
+                                 "/api/v1/history/intervals",
+                                 "/api/v1/history/intervals/top/{list}",
+                                 "/api/v1/history/anomalies"}
     # A prefix filter selects the hosts tshark lists in that network.
     net = _json(base, "/api/v1/hosts?net=192.168.1.0/24&limit=1000")["hosts"]
     assert {h["ip"] for h in net} == {ip for ip in eps if ip.startswith("192.168.1.")}

@@ -7,21 +7,13 @@ import { api, ApiError, type HistoryRow, type StoredFlow } from '../api';
 import { card, el, heading, link } from '../dom';
 import { appFilter, hostLink, infoCell } from '../flowcols';
 import * as fmt from '../format';
+import { RANGES, rangeQuery } from '../range';
 import { href, replaceParams } from '../router';
 import { num, pagerMore, rankedTable, table, type Column } from '../table';
 import type { View } from './view';
 
 const LIMIT = 50;
 const TOP = 10;
-/** The ranges offered: `range` in the URL, and its text. The presets are relative to now. */
-const RANGES: [string, string][] = [
-  ['15m', 'Last 15 min'],
-  ['1h', 'Last hour'],
-  ['24h', 'Last 24 h'],
-  ['7d', 'Last 7 days'],
-  ['all', 'All'],
-  ['custom', 'From … to …'],
-];
 const FILTERS = ['host', 'port', 'proto', 'app'] as const;
 type Field = (typeof FILTERS)[number] | 'from' | 'to';
 
@@ -50,8 +42,7 @@ export const history: View = (root, route, ctx) => {
 
   /** The filters as the API takes them: a preset range is a `from` relative to now. */
   const filters = () => ({
-    from: state.range === 'custom' ? state.from : state.range === 'all' ? undefined : `-${state.range}`,
-    to: state.range === 'custom' ? state.to : undefined,
+    ...rangeQuery(state.range, state.from, state.to),
     host: state.host,
     port: state.port,
     proto: state.proto,

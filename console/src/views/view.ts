@@ -8,6 +8,10 @@ export interface Ctx {
   me: Me;
   /** Whether sonde keeps a history on disk (--data-dir): the History page and long-range charts. */
   history: boolean;
+  /** Whether the traffic analytics are on (not --analytics off): Anomalies and Top-N. */
+  analytics: boolean;
+  /** Whether any --filter-set is configured: the Filters page. */
+  filters: boolean;
 }
 
 export type Stop = () => void;

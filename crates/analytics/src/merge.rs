@@ -38,8 +38,8 @@ const MAX_PENDING_SECONDS: usize = 10;
 const MAX_PENDING_INTERVALS: usize = 3;
 /// Detections kept in memory for the API (the oldest go first).
 const RECENT_DETECTIONS: usize = 1000;
-/// Per-second filter-set rows kept for live charts.
-const FILTER_SECONDS: usize = 900;
+/// Per-second filter-set rows kept for live charts (an hour).
+const FILTER_SECONDS: usize = 3600;
 /// Intervals kept in memory for the worm graph and live lists.
 const RECENT_INTERVALS: usize = 240;
 /// Targets listed in a scan's evidence (all are counted).
@@ -197,12 +197,17 @@ impl Merger {
         self.merge_ready(false);
     }
 
-    /// A shard will send nothing more.
+    /// A shard will send nothing more (its input is over). Once every shard is, the
+    /// detections in progress end: no later second can extend them.
     pub fn shard_done(&mut self, shard: usize) {
         if let Some(d) = self.done.get_mut(shard) {
             *d = true;
         }
-        self.merge_ready(false);
+        if self.done.iter().all(|&d| d) {
+            self.finish();
+        } else {
+            self.merge_ready(false);
+        }
     }
 
     /// Merges everything pending and ends every detection in progress (end of the run).

@@ -650,6 +650,11 @@ pub struct ShardAnalytics {
     ended_flows: Vec<FlowIvl>,
     ports: HashMap<(u8, u16), Usage>,
     apps: HashMap<(u16, u16), Usage>,
+    /// The entry last added to `ports` / `apps`, not yet folded in.
+    last_port: Option<((u8, u16), Usage)>,
+    last_app: Option<((u16, u16), Usage)>,
+    /// The least bytes an ended flow must have to enter `ended_flows` (see `offer_flow`).
+    ended_cut: u64,
     ivl_total: Traffic,
     watch: Arc<WatchList>,
     watch_generation: u64,
@@ -706,6 +711,9 @@ impl ShardAnalytics {
             ended_flows: Vec::new(),
             ports: HashMap::new(),
             apps: HashMap::new(),
+            last_port: None,
+            last_app: None,
+            ended_cut: 0,
             ivl_total: Traffic::default(),
             watch,
             watch_generation: 0,
@@ -1005,11 +1013,26 @@ impl ShardAnalytics {
             bytes: f.bytes,
             flows: 1,
         };
-        self.ports
-            .entry((f.proto, f.server_port))
-            .or_default()
-            .merge(&u);
-        self.apps.entry(f.app).or_default().merge(&u);
+        // Flows come in runs of the same service: the last entry is tried first.
+        let port = (f.proto, f.server_port);
+        match &mut self.last_port {
+            Some((k, acc)) if *k == port => acc.merge(&u),
+            last => {
+                if let Some((k, acc)) = last.take() {
+                    self.ports.entry(k).or_default().merge(&acc);
+                }
+                *last = Some((port, u));
+            }
+        }
+        match &mut self.last_app {
+            Some((k, acc)) if *k == f.app => acc.merge(&u),
+            last => {
+                if let Some((k, acc)) = last.take() {
+                    self.apps.entry(k).or_default().merge(&acc);
+                }
+                *last = Some((f.app, u));
+            }
+        }
         self.ivl_total.merge(&Traffic {
             packets: f.packets,
             bytes: f.bytes,
@@ -1022,12 +1045,27 @@ impl ShardAnalytics {
 
     /// Keeps the heaviest ended flows only (a bounded list, trimmed when twice its size).
     fn offer_flow(&mut self, f: FlowIvl) {
+        // Every flow kept has at least this many bytes: a smaller one can never be kept.
+        if f.bytes < self.ended_cut {
+            return;
+        }
         self.ended_flows.push(f);
         let keep = self.list_len();
         if self.ended_flows.len() >= 2 * keep {
             self.ended_flows
                 .select_nth_unstable_by(keep - 1, |a, b| b.bytes.cmp(&a.bytes));
+            self.ended_cut = self.ended_flows[keep - 1].bytes;
             self.ended_flows.truncate(keep);
+        }
+    }
+
+    /// Folds the one-entry caches of [`ShardAnalytics::add_flow_usage`] into the maps.
+    fn settle_usage(&mut self) {
+        if let Some((k, acc)) = self.last_port.take() {
+            self.ports.entry(k).or_default().merge(&acc);
+        }
+        if let Some((k, acc)) = self.last_app.take() {
+            self.apps.entry(k).or_default().merge(&acc);
         }
     }
 
@@ -1206,6 +1244,8 @@ impl ShardAnalytics {
         }
         flows.sort_unstable_by_key(|f| std::cmp::Reverse(f.bytes));
         flows.truncate(keep);
+        self.ended_cut = 0;
+        self.settle_usage();
 
         // Hosts: every slot with traffic in the interval, top `keep` each way.
         let mut talkers = TopK::new(keep);

@@ -148,15 +148,26 @@ pub fn read(
         return Ok(Vec::new());
     }
     let mut out = Vec::new();
-    let first = from / 86_400;
-    let last = to.saturating_sub(1) / 86_400;
-    // A detection may be filed under its start day: look one day earlier too.
-    let first = first.saturating_sub((kind == Kind::Detections) as u64);
     if to <= from {
         return Ok(out);
     }
-    for day in first..=last.min(first + 36_600) {
-        let path = dir.join(format!("{}{}", day_name(day * 86_400), kind.suffix()));
+    // The day files present, in order; a detection may be filed under its start day, so one
+    // day before the range is read too.
+    let first = (from / 86_400).saturating_sub((kind == Kind::Detections) as u64);
+    let (lo, hi) = (day_name(first * 86_400), day_name(to.saturating_sub(1)));
+    let mut days: Vec<PathBuf> = fs::read_dir(&dir)
+        .map_err(|e| format!("cannot read '{}': {e}", dir.display()))?
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .and_then(|n| n.to_str())
+                .and_then(|n| n.strip_suffix(kind.suffix()))
+                .is_some_and(|day| day.len() == 10 && *day >= *lo && *day <= *hi)
+        })
+        .collect();
+    days.sort();
+    for path in days {
         let f = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,

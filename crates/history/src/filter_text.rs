@@ -126,7 +126,9 @@ pub fn parse_time(s: &str, now_ms: u64) -> Result<u64, String> {
             .to_string()
     };
     if let Some(rel) = s.strip_prefix('-') {
-        let (num, unit) = rel.split_at(rel.len().saturating_sub(1));
+        // At a character boundary: the unit may be any character a user typed (`-1é`).
+        let cut = rel.char_indices().last().map_or(0, |(i, _)| i);
+        let (num, unit) = rel.split_at(cut);
         let n: u64 = num.parse().map_err(|_| bad())?;
         let ms = match unit {
             "s" => 1_000,
@@ -195,6 +197,15 @@ pub fn civil_from_days(days: i64) -> (i64, u32, u32) {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Regression (issue 19): a relative time ending in a multi-byte character was split
+    /// inside it, and the panic took an API request (and `sonde query`) down.
+    #[test]
+    fn non_ascii_times_are_errors() {
+        for t in ["-1é", "-é", "-1€", "2026-11-2é", "-"] {
+            assert!(parse_time(t, 1_800_000_000_000).is_err(), "{t}");
+        }
+    }
 
     #[test]
     fn times_parse_in_every_form() {

@@ -51,9 +51,19 @@ fn cpu_and_rss() -> (f64, u64) {
         libc::getrusage(libc::RUSAGE_SELF, &mut ru);
     }
     let tv = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    // VmHWM is this process's own peak; ru_maxrss also holds the peak of the process that
+    // forked it (Linux copies it across exec), so a sonde started by a large parent would
+    // report the parent's size.
+    let hwm = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok())
+        });
     (
         tv(ru.ru_utime) + tv(ru.ru_stime),
-        ru.ru_maxrss as u64 * 1024,
+        hwm.unwrap_or(ru.ru_maxrss as u64) * 1024,
     )
 }
 

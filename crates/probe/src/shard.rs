@@ -292,6 +292,8 @@ impl ShardCtx {
     pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
         // Input over, state kept for readers until told to stop, with host counters exact.
         if self.linger {
+            // The last batch first: until then its packets are in no flow.
+            self.engine.flush_batch();
             self.engine.hosts();
             self.engine.discard_tick_rows();
             // The last (partial) second and interval, for readers while lingering (the series
@@ -299,7 +301,10 @@ impl ShardCtx {
             self.engine.close_series();
             self.send_series(false);
             self.engine.close_analytics();
-            self.send_analytics(false);
+            // The input is over: what follows (the flows still held, emitted at stop) adds no
+            // traffic to any second or interval.
+            self.send_analytics(true);
+            self.analytics = None;
         }
         while self.linger && !self.stopped() {
             self.housekeeping();

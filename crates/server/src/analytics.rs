@@ -162,7 +162,7 @@ pub(crate) async fn filtersets(
 }
 
 /// `from` and `to` (the filter text of `sonde query`: Unix seconds, dates, `-2h`), as Unix
-/// seconds; the last hour by default.
+/// seconds; by default everything kept (as `/api/v1/history/flows`).
 fn range_of(q: &HashMap<String, String>) -> Result<(u64, u64), ApiError> {
     use sonde_history::filter_text::parse_time;
     let now_ms = std::time::SystemTime::now()
@@ -177,7 +177,7 @@ fn range_of(q: &HashMap<String, String>) -> Result<(u64, u64), ApiError> {
         }
     };
     let to = get("to", now_ms / 1000 + 1)?;
-    let from = get("from", (now_ms / 1000).saturating_sub(3600))?;
+    let from = get("from", 0)?;
     if from >= to {
         return Err(bad(format!("from={from} is not before to={to}")));
     }

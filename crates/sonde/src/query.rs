@@ -56,7 +56,7 @@ struct TopArgs {
     #[arg(value_enum)]
     list: ListArg,
     /// Intervals starting in this range: Unix seconds, 2026-11-23T08:00:00Z, 2026-11-23, or
-    /// relative to now (-15m, -2h, -7d). Default: the last hour.
+    /// relative to now (-15m, -2h, -7d). Default: everything kept.
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     from: Option<String>,
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
@@ -72,7 +72,7 @@ struct TopArgs {
 
 #[derive(Parser, Debug)]
 struct AnomalyArgs {
-    /// Detection records (start and end events) in this range; default: the last hour.
+    /// Detection records (start and end events) in this range; default: everything kept.
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
     from: Option<String>,
     #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
@@ -373,7 +373,7 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
     Ok(())
 }
 
-/// `--from`/`--to` as Unix seconds (default: the last hour).
+/// `--from`/`--to` as Unix seconds (default: everything kept).
 fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
@@ -388,7 +388,7 @@ fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
             .transpose()
     };
     let to = time(to, "--to")?.unwrap_or(now_ms / 1000 + 1);
-    let from = time(from, "--from")?.unwrap_or(to.saturating_sub(3600));
+    let from = time(from, "--from")?.unwrap_or(0);
     if from >= to {
         bail!("--from must be before --to");
     }

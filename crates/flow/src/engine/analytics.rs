@@ -346,7 +346,9 @@ impl Engine {
         if self.analytics.is_none() {
             return;
         }
+        // Every packet accounted and every flow's counts flushed, as a tick would.
         self.flush_batch();
+        self.hosts();
         let second = self.interval_start_s();
         let now_s = self.now_ns / 1_000_000_000;
         self.close_analytics_second(second);

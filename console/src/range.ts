@@ -1,0 +1,20 @@
+// The time ranges the history pages offer (History, Top-N): presets relative to now, "All", or
+// typed times (Unix seconds, ISO dates, -2h…, the server's filter text). The same values go in
+// the URL (`range=24h`, or `from=…&to=…`) and to the API (`from=-24h`).
+
+/** `range` in the URL, and its text. */
+export const RANGES: [string, string][] = [
+  ['15m', 'Last 15 min'],
+  ['1h', 'Last hour'],
+  ['24h', 'Last 24 h'],
+  ['7d', 'Last 7 days'],
+  ['all', 'All'],
+  ['custom', 'From … to …'],
+];
+
+/** The `from` and `to` the API takes for a range: a preset is a `from` relative to now. */
+export function rangeQuery(range: string, from: string, to: string): { from?: string; to?: string } {
+  if (range === 'custom') return { from, to };
+  if (range === 'all') return {};
+  return { from: `-${range}` };
+}
