@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
 # Builds every cargo-fuzz target (crates/dpi/fuzz: one per DPI detector plus `dispatch`;
+# crates/analytics/fuzz: `filter_expr` and `bpf`;
 # crates/wire/fuzz: `decode`) and runs each for a few seconds from its seed corpus. Exits
 # non-zero when a target crashes (panic, sanitizer report, timeout, out of memory) and prints
 # per target the executions done (libFuzzer's final "Done N runs" line).
@@ -24,7 +25,7 @@ export PATH="$HOME/.cargo/bin:$PATH"
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-10}
 MAX_LEN=${FUZZ_MAX_LEN:-4096}
 JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-PROJECTS=(crates/dpi crates/wire crates/flowproto)
+PROJECTS=(crates/dpi crates/wire crates/flowproto crates/analytics)
 # One target directory for both fuzz projects, so libFuzzer itself is compiled once.
 TARGET_DIR=$ROOT/target/fuzz
 

@@ -18,3 +18,20 @@ export function rangeQuery(range: string, from: string, to: string): { from?: st
   if (range === 'all') return {};
   return { from: `-${range}` };
 }
+
+/**
+ * Keeps a range select and its From/To fields consistent: typing a time selects "From … to …",
+ * choosing a preset clears the typed times.
+ */
+export function linkRangeFields(form: HTMLFormElement, range: HTMLSelectElement) {
+  const field = (k: string) => form.elements.namedItem(k) as HTMLInputElement;
+  form.addEventListener('input', (e) => {
+    const t = e.target as HTMLInputElement;
+    if (t.name === 'from' || t.name === 'to') range.value = 'custom';
+  });
+  range.addEventListener('change', () => {
+    if (range.value === 'custom') return;
+    field('from').value = '';
+    field('to').value = '';
+  });
+}

@@ -646,3 +646,15 @@ def compare(expected: Dict[ConvKey, ExpectedConv], sonde: Dict[ConvKey, SondeCon
                 f"sonde only (no tshark conversation): {directed_text(s.dirs, key)}, "
                 f"fragments={s.fragments} tunnel={s.tunnels}", 0, nrec, note))
     return out
+
+
+def ipv4_endpoints(pcap: str) -> Dict[str, Tuple[int, int]]:
+    """IPv4 endpoint -> (packets sent, packets received), from ``tshark -z endpoints,ip``."""
+    out = tshark(["-r", str(pcap), "-q", "-z", "endpoints,ip"])
+    eps = {}
+    for line in out.splitlines():
+        m = re.match(r"^(\d+\.\d+\.\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)",
+                     line.strip())
+        if m:
+            eps[m.group(1)] = (int(m.group(4)), int(m.group(6)))
+    return eps

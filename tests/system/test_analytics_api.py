@@ -6,48 +6,24 @@ detections endpoints agree with the final summary (detections themselves: test_a
 from __future__ import annotations
 
 import json
-import re
 import signal
 import subprocess
 import time
 import urllib.error
-import urllib.request
 
 import pytest
 
 import oracle
+from apiclient import error as _error, get as _get, get_json as _json
 from conftest import free_port
 
 
-def _get(base, path):
-    with urllib.request.urlopen(base + path, timeout=10) as r:
-        return r.status, r.read().decode()
 
 
-def _json(base, path):
-    status, body = _get(base, path)
-    assert status == 200
-    return json.loads(body)
 
 
-def _error(base, path):
-    try:
-        _get(base, path)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read().decode())
-    raise AssertionError(f"{path} did not fail")
 
 
-def _tshark_endpoints(pcap):
-    """IPv4 endpoint -> (packets sent, packets received), as tshark counts them."""
-    out = oracle.tshark(["-r", str(pcap), "-q", "-z", "endpoints,ip"])
-    eps = {}
-    for line in out.splitlines():
-        m = re.match(r"^(\d+\.\d+\.\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)",
-                     line.strip())
-        if m:
-            eps[m.group(1)] = (int(m.group(4)), int(m.group(6)))
-    return eps
 
 
 def _jsonl(text):
@@ -65,7 +41,7 @@ def test_stored_intervals_add_up_to_tshark(sonde_bin, corpus, workdir):
                     "--top-n", "10000", "--stats-json", stats], check=True, timeout=120)
     summary = json.loads(stats.read_text())
     assert summary["analytics"]["intervals"] >= 2, "the capture spans several intervals"
-    eps = _tshark_endpoints(pcap)
+    eps = oracle.ipv4_endpoints(pcap)
     q = [str(sonde_bin), "query", "--data-dir", str(data), "top"]
     rng = ["--from", "0", "--to", "4000000000", "--limit", "100000", "--format", "jsonl"]
 
@@ -188,7 +164,7 @@ def test_live_filter_sets_metrics_and_anomalies(sonde_bin, corpus, workdir):
         order = [(s["name"], e["label"]) for s in fs["sets"] for e in s["expressions"]]
         sums = [sum(row["counts"][i][0] for row in fs["seconds"]) for i in range(len(order))]
         assert sums == [exprs[k]["packets"] for k in order], "seconds add up to the totals"
-        _, metrics = _get(base, "/metrics")
+        _, _, metrics = _get(base, "/metrics")
         for (name, label), n in tcpdump.items():
             line = f'sonde_filter_packets_total{{set="{name}",label="{label}"}} {n}'
             assert line in metrics.splitlines(), line
@@ -226,7 +202,7 @@ def test_analytics_off_has_no_endpoints(sonde_bin, corpus, workdir):
         for path in ("/api/v1/anomalies", "/api/v1/interval", "/api/v1/filtersets"):
             code, err = _error(base, path)
             assert code == 404 and "--analytics off" in err["error"], path
-        _, metrics = _get(base, "/metrics")
+        _, _, metrics = _get(base, "/metrics")
         assert "sonde_detections_total" not in metrics
     finally:
         proc.send_signal(signal.SIGINT)

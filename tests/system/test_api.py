@@ -5,7 +5,6 @@ logins (logins themselves: test_auth.py)."""
 from __future__ import annotations
 
 import json
-import re
 import signal
 import socket
 import subprocess
@@ -19,38 +18,17 @@ import pytest
 from conftest import free_port
 
 import oracle
+from apiclient import error as _error, get as _get, get_json as _json
 
 
 
 
-def _get(base, path):
-    with urllib.request.urlopen(base + path, timeout=10) as r:
-        body = r.read().decode()
-        return r.status, r.headers.get("Content-Type", ""), body
 
 
-def _json(base, path):
-    status, _, body = _get(base, path)
-    assert status == 200
-    return json.loads(body)
 
 
-def _error(base, path):
-    try:
-        _get(base, path)
-    except urllib.error.HTTPError as e:
-        return e.code, json.loads(e.read().decode())
-    raise AssertionError(f"{path} did not fail")
 
 
-def _tshark_endpoints(pcap):
-    out = oracle.tshark(["-r", str(pcap), "-q", "-z", "endpoints,ip"])
-    eps = {}
-    for line in out.splitlines():
-        m = re.match(r"^(\d+\.\d+\.\d+\.\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)", line.strip())
-        if m:
-            eps[m.group(1)] = (int(m.group(4)), int(m.group(6)))  # tx, rx packets
-    return eps
 
 
 class Served:
@@ -109,7 +87,7 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     iface2 = _json(base, "/api/v1/interface")
     assert iface2["packets_per_s"] == 0 and iface2["bits_per_s"] == 0  # the file is over
     # Hosts: every IPv4 endpoint tshark sees, with its packets each way.
-    eps = _tshark_endpoints(pcap)
+    eps = oracle.ipv4_endpoints(pcap)
     hosts = _json(base, "/api/v1/hosts?limit=1000")
     got = {h["ip"]: (h["sent_packets"], h["rcvd_packets"]) for h in hosts["hosts"]}
     assert got == eps

@@ -7,7 +7,7 @@ import { api, ApiError, type HistoryRow, type StoredFlow } from '../api';
 import { card, el, heading, link } from '../dom';
 import { appFilter, hostLink, infoCell } from '../flowcols';
 import * as fmt from '../format';
-import { RANGES, rangeQuery } from '../range';
+import { linkRangeFields, RANGES, rangeQuery } from '../range';
 import { href, replaceParams } from '../router';
 import { num, pagerMore, rankedTable, table, type Column } from '../table';
 import type { View } from './view';
@@ -120,15 +120,7 @@ export const history: View = (root, route, ctx) => {
     el('button', { type: 'reset' }, 'Clear'),
   );
   const input = (k: Field | 'range') => form.elements.namedItem(k) as HTMLInputElement | HTMLSelectElement;
-  form.addEventListener('input', (e) => {
-    const t = e.target as HTMLInputElement;
-    if (t.name === 'from' || t.name === 'to') range.value = 'custom';
-  });
-  range.addEventListener('change', () => {
-    if (range.value === 'custom') return;
-    input('from').value = '';
-    input('to').value = '';
-  });
+  linkRangeFields(form, range);
   const apply = () => {
     state.range = range.value;
     for (const k of [...FILTERS, 'from', 'to'] as const) state[k] = input(k).value.trim();

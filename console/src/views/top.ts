@@ -26,7 +26,7 @@ import { el, heading, replace, type Child } from '../dom';
 import { appCell, hostLink } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
-import { RANGES, rangeQuery } from '../range';
+import { linkRangeFields, RANGES, rangeQuery } from '../range';
 import { replaceParams } from '../router';
 import { bar, table, type Column } from '../table';
 import { stopAll, type View } from './view';
@@ -216,15 +216,7 @@ export const top: View = (root, route, ctx) => {
       el('button', { type: 'submit' }, 'Apply'),
     );
     const input = (k: string) => f.elements.namedItem(k) as HTMLInputElement;
-    f.addEventListener('input', (e) => {
-      const t = e.target as HTMLInputElement;
-      if (t.name === 'from' || t.name === 'to') range.value = 'custom';
-    });
-    range.addEventListener('change', () => {
-      if (range.value === 'custom') return;
-      input('from').value = '';
-      input('to').value = '';
-    });
+    linkRangeFields(f, range);
     const apply = () => {
       state.range = range.value;
       state.from = input('from').value.trim();

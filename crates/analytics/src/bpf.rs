@@ -114,6 +114,17 @@ impl Program {
         Program::from_insns(insns)
     }
 
+    /// A program from raw `(code, jt, jf, k)` instructions, checked as a compiled one is: for
+    /// the fuzzer, which hands the interpreter programs libpcap would never write.
+    pub fn from_raw(insns: &[(u16, u8, u8, u32)]) -> Result<Program, String> {
+        Program::from_insns(
+            insns
+                .iter()
+                .map(|&(code, jt, jf, k)| Insn { code, jt, jf, k })
+                .collect(),
+        )
+    }
+
     /// Builds a program from instructions, refusing what libpcap's `bpf_validate` refuses and
     /// any opcode the interpreter does not know.
     fn from_insns(insns: Vec<Insn>) -> Result<Program, String> {

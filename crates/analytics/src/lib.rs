@@ -27,6 +27,16 @@ pub use filterset::{FilterCounts, FilterEval, FilterSetSpec, FilterSets, USE_FLO
 pub use shard::{FlowHosts, FlowIvl, IcmpKind, Report, ShardAnalytics, WatchList, NO_HOST};
 pub use types::{HostAddr, Rates, Traffic, Usage};
 
+/// The types of detection records (`type` in `--alerts-out` and the API).
+pub const DETECTION_TYPES: [&str; 6] = [
+    "scan.ip",
+    "scan.port",
+    "syn_flood",
+    "ddos",
+    "icmp_errors",
+    "noisy_host",
+];
+
 /// Asks the CPU to bring `r`'s first cache line in (a hint; no effect on results).
 #[inline(always)]
 pub fn prefetch_read<T>(r: &T) {

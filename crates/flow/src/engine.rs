@@ -342,6 +342,12 @@ impl Engine {
         self.analytics.as_deref()
     }
 
+    /// Filter-sets are configured: packets get a mask where their frame is at hand.
+    #[inline]
+    fn has_filters(&self) -> bool {
+        self.analytics.as_ref().is_some_and(|a| a.filters.is_some())
+    }
+
     pub fn dpi_enabled(&self) -> bool {
         self.dpi.is_some()
     }
@@ -357,7 +363,7 @@ impl Engine {
         let headers = self.arena.as_ref().is_some_and(|a| a.headers);
         let dpi = self.dpi.is_some();
         let analytics = self.analytics.is_some();
-        let filters = self.analytics.as_ref().is_some_and(|a| a.filters.is_some());
+        let filters = self.has_filters();
         let mut refs: [Option<(&[u8], &[u8])>; BATCH] = [None; BATCH];
         let mut ts = [0u64; BATCH];
         let mut i = 0;
@@ -471,7 +477,7 @@ impl Engine {
         // Taken out of `self` (a pointer move, no allocation) so `account` can borrow both.
         if let Some(decoded) = self.decoded.take() {
             let ts = self.ts;
-            let filters = self.analytics.as_ref().is_some_and(|a| a.filters.is_some());
+            let filters = self.has_filters();
             let (marks, wire_lens) = (self.marks, self.wire_lens);
             let (marks, wire_lens): (&[u128], &[u32]) = if filters {
                 (&marks[..n], &wire_lens[..n])

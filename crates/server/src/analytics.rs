@@ -37,14 +37,7 @@ fn limit_of(q: &HashMap<String, String>, default: usize) -> Result<usize, ApiErr
 }
 
 /// The detection types, for checking `type=`.
-const TYPES: [&str; 6] = [
-    "scan.ip",
-    "scan.port",
-    "syn_flood",
-    "ddos",
-    "icmp_errors",
-    "noisy_host",
-];
+use sonde_analytics::DETECTION_TYPES as TYPES;
 
 fn type_of(q: &HashMap<String, String>) -> Result<Option<String>, ApiError> {
     match q.get("type").filter(|t| !t.is_empty()) {

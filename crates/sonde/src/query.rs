@@ -289,20 +289,8 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
     let Some(newest) = r.committed().map_err(anyhow::Error::msg)? else {
         bail!("{}: no time series recorded yet", dir.display());
     };
-    let now_ms = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64);
-    let time = |t: &Option<String>, flag: &str| -> Result<Option<u64>> {
-        t.as_deref()
-            .map(|t| {
-                parse_time(t, now_ms)
-                    .map(|ms| ms / 1000)
-                    .map_err(|e| anyhow::anyhow!("{flag} '{t}': {e}"))
-            })
-            .transpose()
-    };
-    let to = time(&a.to, "--to")?.unwrap_or(newest + 1);
-    let from = time(&a.from, "--from")?.unwrap_or(to.saturating_sub(3600));
+    let to = time_arg(&a.to, "--to")?.unwrap_or(newest + 1);
+    let from = time_arg(&a.from, "--from")?.unwrap_or(to.saturating_sub(3600));
     if from >= to {
         bail!("--from must be before --to");
     }
@@ -373,22 +361,27 @@ fn series(dir: &std::path::Path, a: &SeriesArgs, out: &mut impl Write) -> Result
     Ok(())
 }
 
-/// `--from`/`--to` as Unix seconds (default: everything kept).
-fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
+/// A `--from`/`--to` value as Unix seconds (the forms of `parse_time`).
+fn time_arg(t: &Option<String>, flag: &str) -> Result<Option<u64>> {
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
-    let time = |t: &Option<String>, flag: &str| -> Result<Option<u64>> {
-        t.as_deref()
-            .map(|t| {
-                parse_time(t, now_ms)
-                    .map(|ms| ms / 1000)
-                    .map_err(|e| anyhow::anyhow!("{flag} '{t}': {e}"))
-            })
-            .transpose()
-    };
-    let to = time(to, "--to")?.unwrap_or(now_ms / 1000 + 1);
-    let from = time(from, "--from")?.unwrap_or(0);
+    t.as_deref()
+        .map(|t| {
+            parse_time(t, now_ms)
+                .map(|ms| ms / 1000)
+                .map_err(|e| anyhow::anyhow!("{flag} '{t}': {e}"))
+        })
+        .transpose()
+}
+
+/// `--from`/`--to` as Unix seconds (default: everything kept).
+fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
+    let now_s = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs());
+    let to = time_arg(to, "--to")?.unwrap_or(now_s + 1);
+    let from = time_arg(from, "--from")?.unwrap_or(0);
     if from >= to {
         bail!("--from must be before --to");
     }
@@ -487,15 +480,8 @@ fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
 }
 
 fn anomalies(dir: &std::path::Path, a: &AnomalyArgs, out: &mut impl Write) -> Result<()> {
+    use sonde_analytics::DETECTION_TYPES as TYPES;
     use sonde_history::analytics::{read, Kind};
-    const TYPES: [&str; 6] = [
-        "scan.ip",
-        "scan.port",
-        "syn_flood",
-        "ddos",
-        "icmp_errors",
-        "noisy_host",
-    ];
     if let Some(k) = &a.kind {
         if !TYPES.contains(&k.as_str()) {
             bail!("--type '{k}': use one of {}", TYPES.join(", "));
