@@ -1,4 +1,5 @@
-//! Live capture through libpcap (TPACKET_V3 on Linux).
+//! Live capture through libpcap (TPACKET_V3 on Linux, blocks handed over when full or after
+//! [`LiveConfig::block_ms`]).
 //!
 //! The handle is non-blocking and the caller waits on its file descriptor with a timeout, so a
 //! shutdown request is seen within [`LiveConfig::poll_ms`] even on an idle interface (a blocking
@@ -17,6 +18,10 @@ pub struct LiveConfig {
     pub snaplen: i32,
     pub promisc: bool,
     pub buffer_bytes: i32,
+    /// How long the kernel holds a partly filled ring block before handing it over
+    /// (TPACKET_V3): packets reach sonde in batches, with at most this delay, instead of one
+    /// wake-up per packet or two (libpcap's immediate mode).
+    pub block_ms: i32,
     pub poll_ms: i32,
     /// PACKET_FANOUT group id shared by the shards of one run; `None` for a single handle.
     pub fanout_group: Option<u16>,
@@ -27,9 +32,13 @@ impl LiveConfig {
         LiveConfig {
             interface: interface.to_string(),
             filter: None,
-            snaplen: 262_144,
+            // Enough for every header sonde decodes and the payload its DPI reads (2 KiB):
+            // libpcap sizes each ring slot by the snap length, so 64 MiB hold ~16k packets
+            // instead of ~1k at 256 KiB. Flow bytes come from the IP header, not the capture.
+            snaplen: 4096,
             promisc: true,
             buffer_bytes: 64 << 20,
+            block_ms: 50,
             poll_ms: 100,
             fanout_group: None,
         }
@@ -86,8 +95,8 @@ impl LiveSource {
             .promisc(cfg.promisc)
             .snaplen(cfg.snaplen)
             .buffer_size(cfg.buffer_bytes)
-            .immediate_mode(true)
-            .timeout(cfg.poll_ms)
+            .immediate_mode(false)
+            .timeout(cfg.block_ms)
             .open()
             .map_err(|e| classify(&name, e))?;
         let mut cap = cap.setnonblock().map_err(|e| classify(&name, e))?;
@@ -119,6 +128,10 @@ impl LiveSource {
 
     /// Waits up to the poll interval for the descriptor to become readable.
     pub fn wait(&self) {
+        self.wait_ms(self.cfg.poll_ms);
+    }
+
+    fn wait_ms(&self, ms: i32) {
         use std::os::fd::AsRawFd;
         let mut pfd = libc::pollfd {
             fd: self.cap.as_raw_fd(),
@@ -127,7 +140,27 @@ impl LiveSource {
         };
         // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
         unsafe {
-            libc::poll(&mut pfd, 1, self.cfg.poll_ms);
+            libc::poll(&mut pfd, 1, ms);
+        }
+    }
+
+    /// At stop: waits for the block the kernel still holds (packets that arrived before the
+    /// stop, handed over at the block timeout) and hands every remaining frame to `each`.
+    pub fn drain(&mut self, mut each: impl FnMut(Frame<'_>)) {
+        let deadline = std::time::Instant::now()
+            + std::time::Duration::from_millis(2 * self.cfg.block_ms as u64 + 10);
+        loop {
+            match self.next_frame() {
+                Ok(Some(f)) => each(f),
+                Ok(None) => {
+                    let left = deadline.saturating_duration_since(std::time::Instant::now());
+                    if left.is_zero() {
+                        break;
+                    }
+                    self.wait_ms(left.as_millis().max(1) as i32);
+                }
+                Err(_) => break,
+            }
         }
     }
 
