@@ -341,7 +341,13 @@ struct ScanTracker {
     budget: usize,
     keep_min: usize,
     untracked: u64,
+    /// Fingerprints of targets logged lately, direct-mapped: a target tried again (a new
+    /// source port, a retry) is usually found here and not logged twice.
+    recent: Vec<u64>,
 }
+
+/// Slots of [`ScanTracker::recent`] (a power of two).
+const RECENT_TARGETS: usize = 4096;
 
 impl ScanTracker {
     fn new(budget: usize) -> ScanTracker {
@@ -350,11 +356,18 @@ impl ScanTracker {
             budget,
             keep_min: 4,
             untracked: 0,
+            recent: vec![0; RECENT_TARGETS],
         }
     }
 
     #[inline]
     fn add(&mut self, src: HostAddr, dst: [u8; 16], proto: u8, port: u16) {
+        let fp = fingerprint(&src, &dst, proto, port);
+        let slot = &mut self.recent[(fp as usize) & (RECENT_TARGETS - 1)];
+        if *slot == fp {
+            return;
+        }
+        *slot = fp;
         if self.log.len() >= self.budget {
             self.compact();
             if self.log.len() >= self.budget {
@@ -450,9 +463,22 @@ impl ScanTracker {
         }
         let untracked = std::mem::take(&mut self.untracked);
         self.log.clear();
+        self.recent.iter_mut().for_each(|f| *f = 0);
         self.keep_min = 4;
         (out, untracked)
     }
+}
+
+/// A 64-bit fingerprint of a target (never 0, the empty slot).
+#[inline]
+fn fingerprint(src: &HostAddr, dst: &[u8; 16], proto: u8, port: u16) -> u64 {
+    let w = |a: &[u8; 16], i: usize| u64::from_le_bytes(a[i..i + 8].try_into().unwrap_or([0; 8]));
+    let mut x = w(&src.addr, 0) ^ w(&src.addr, 8).rotate_left(17);
+    x = (x ^ w(dst, 0).rotate_left(31) ^ w(dst, 8).rotate_left(47))
+        .wrapping_mul(0x9E37_79B9_7F4A_7C15);
+    x ^= (proto as u64) << 16 | port as u64 | (src.vlan as u64) << 24;
+    x = (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    (x ^ (x >> 32)) | 1
 }
 
 /// A cheap mix of a host's address (a filter's bucket, not a hash table's: collisions only
@@ -487,7 +513,14 @@ struct EvidenceAcc {
     fresh: bool,
     /// The merger asks for it.
     wanted: bool,
+    /// Flows offered this second.
+    flows: u64,
 }
+
+/// Flows per second and watched host taken one by one as evidence, then one in
+/// [`EVIDENCE_SAMPLE`].
+const EVIDENCE_EXACT: u64 = 4096;
+const EVIDENCE_SAMPLE: u64 = 16;
 
 /// Seconds a host stays watched after it last reached a floor in this shard.
 const LOCAL_WATCH_S: u32 = 10;
@@ -502,6 +535,7 @@ impl EvidenceAcc {
             local_ttl: 0,
             fresh: false,
             wanted: false,
+            flows: 0,
         }
     }
 
@@ -509,8 +543,21 @@ impl EvidenceAcc {
         self.sources.is_empty() && self.destinations.is_empty()
     }
 
-    /// A flow between the watched host (side `me`) and a peer.
+    /// A flow between the watched host (side `me`) and a peer. Past [`EVIDENCE_EXACT`] flows
+    /// in a second (a flood), one flow in [`EVIDENCE_SAMPLE`] is taken, weighted as that many:
+    /// the evidence is a picture of the attack, and its cost stays bounded.
     fn add(&mut self, h: &FlowHosts, me: usize, pkts: [u64; 2], bytes: [u64; 2]) {
+        self.flows += 1;
+        let (pkts, bytes) = if self.flows <= EVIDENCE_EXACT {
+            (pkts, bytes)
+        } else if self.flows % EVIDENCE_SAMPLE == 0 {
+            (
+                pkts.map(|p| p * EVIDENCE_SAMPLE),
+                bytes.map(|b| b * EVIDENCE_SAMPLE),
+            )
+        } else {
+            return;
+        };
         let peer = 1 - me;
         // pkts[0] went from side a to side b.
         let (inbound, outbound) = (
@@ -542,6 +589,7 @@ impl EvidenceAcc {
     }
 
     fn take(&mut self) -> Evidence {
+        self.flows = 0;
         Evidence {
             sources: self.sources.take_sorted(),
             in_ports: self.in_ports.take_sorted(),

@@ -695,6 +695,11 @@ impl Engine {
                             self.new_hosts.push(hk);
                         }
                     }
+                    if let Some(a) = self.analytics.as_deref() {
+                        // Its analytics counters are next (a SYN's count, the flush): fetch
+                        // them while the rest of the flow is set up.
+                        a.prefetch(hslot);
+                    }
                     let h = self.hosts.get_mut(hslot);
                     h.active_flows += 1;
                     if (side == 0) == flow.client_is_a {
