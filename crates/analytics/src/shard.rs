@@ -550,7 +550,7 @@ impl EvidenceAcc {
         self.flows += 1;
         let (pkts, bytes) = if self.flows <= EVIDENCE_EXACT {
             (pkts, bytes)
-        } else if self.flows % EVIDENCE_SAMPLE == 0 {
+        } else if self.flows.is_multiple_of(EVIDENCE_SAMPLE) {
             (
                 pkts.map(|p| p * EVIDENCE_SAMPLE),
                 bytes.map(|b| b * EVIDENCE_SAMPLE),
