@@ -7,9 +7,15 @@
 #   softflowd         package softflowd    (NetFlow probe)
 #   pmacctd           package pmacct       (pmacct's libpcap daemon)
 #   rrdtool           package rrdtool      (round-robin time series: the history write benchmark)
+#   fastnetmon        package fastnetmon   (DDoS detection peer: `sonde-bench --only detect`)
+#   tcpdump           package tcpdump      (timestamps the attack's first packet in that section)
+#   tcpreplay         package tcpreplay    (its replay pace is checked there)
+#   hping3            package hping3       (for making attack captures by hand)
+#   ip                package iproute2     (the section's network namespaces and veth pair)
 #
-# The packages ship services (nfdump, softflowd, pmacct); they are installed with a policy-rc.d
-# that forbids starting them, so nothing is left running and the install never waits on a daemon.
+# The packages ship services (nfdump, softflowd, pmacct, fastnetmon); they are installed with a
+# policy-rc.d that forbids starting them, so nothing is left running and the install never waits
+# on a daemon. The detect section runs its own fastnetmon with its own configuration file.
 # A peer that is missing after this script is reported as such in the benchmark tables; the
 # script fails only when nothing could be installed at all.
 #
@@ -35,8 +41,13 @@ declare -A PROBE=(
     [softflowd]="softflowd"
     [pmacct]="pmacctd"
     [rrdtool]="rrdtool"
+    [fastnetmon]="fastnetmon"
+    [tcpdump]="tcpdump"
+    [tcpreplay]="tcpreplay"
+    [hping3]="hping3"
+    [iproute2]="ip"
 )
-PKGS=(nfdump libndpi-bin softflowd pmacct rrdtool)
+PKGS=(nfdump libndpi-bin softflowd pmacct rrdtool fastnetmon tcpdump tcpreplay hping3 iproute2)
 
 have() { command -v "$1" >/dev/null 2>&1 || [ -x "/usr/sbin/$1" ] || [ -x "/usr/bin/$1" ]; }
 

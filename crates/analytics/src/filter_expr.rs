@@ -899,6 +899,21 @@ pub fn plain_shape(link: LinkType, frame: &[u8], d: &Decoded) -> bool {
     if d.tunnel != Tunnel::None || d.is_fragment {
         return false;
     }
+    // Most traffic: untagged Ethernet, IPv4 without options, TCP or UDP (the decoder's fast
+    // path), checked in straight-line code; anything else takes the general checks below.
+    if link == LinkType::Ethernet && d.ip_offset == 14 && d.ip_version == 4 {
+        if let Some(h) = frame.get(..38) {
+            if h[12] == 0x08 && h[13] == 0x00 && h[14] == 0x45 && (d.proto == TCP || d.proto == UDP)
+            {
+                let [s0, s1] = d.sport.to_be_bytes();
+                let [d0, d1] = d.dport.to_be_bytes();
+                return h[23] == d.proto
+                    && h[20] & 0x1f == 0
+                    && h[21] == 0
+                    && h[34..38] == [s0, s1, d0, d1];
+            }
+        }
+    }
     let v6 = match d.ip_version {
         4 => false,
         6 => true,

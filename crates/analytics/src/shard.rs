@@ -662,18 +662,58 @@ pub enum Report {
     Interval(Box<IntervalPart>),
 }
 
-/// Filter-set evaluation and counts of one engine.
+/// Filter-set evaluation and counts of one engine. A packet adds to this second's counts
+/// only (one pair of adds per matching expression); the second is folded into the totals
+/// when it closes.
 pub struct Filters {
     pub eval: FilterEval,
-    pub second: FilterCounts,
+    /// (packets, bytes) per expression, this second.
+    second: Vec<[u64; 2]>,
     pub total: FilterCounts,
 }
 
 impl Filters {
+    fn new(eval: FilterEval, n: usize) -> Filters {
+        Filters {
+            eval,
+            second: vec![[0; 2]; n],
+            total: FilterCounts::new(n),
+        }
+    }
+
     #[inline]
     pub fn count(&mut self, mask: u128, packets: u64, bytes: u64) {
-        self.second.add(mask, packets, bytes);
-        self.total.add(mask, packets, bytes);
+        let mut add = |mut m: u64, base: usize| {
+            while m != 0 {
+                let i = base + m.trailing_zeros() as usize;
+                m &= m - 1;
+                if let Some(c) = self.second.get_mut(i) {
+                    c[0] += packets;
+                    c[1] += bytes;
+                }
+            }
+        };
+        add(mask as u64, 0);
+        let high = (mask >> 64) as u64 & !(1 << 63); // without USE_FLOW_BITS
+        if high != 0 {
+            add(high, 64);
+        }
+    }
+
+    /// This second's counts so far.
+    pub fn second(&self) -> FilterCounts {
+        FilterCounts {
+            packets: self.second.iter().map(|c| c[0]).collect(),
+            bytes: self.second.iter().map(|c| c[1]).collect(),
+        }
+    }
+
+    /// This second's counts, added to the totals and cleared.
+    fn take_second(&mut self) -> FilterCounts {
+        let s = self.second();
+        self.total.merge(&s);
+        self.second.iter_mut().for_each(|c| *c = [0; 2]);
+        s
     }
 }
 
@@ -734,10 +774,9 @@ impl ShardAnalytics {
                 (v / (2 * shards)).max(1)
             })
         });
-        let filters = cfg.filter_sets.clone().map(|s| Filters {
-            second: FilterCounts::new(s.len()),
-            total: FilterCounts::new(s.len()),
-            eval: FilterEval::new(s),
+        let filters = cfg.filter_sets.clone().map(|s| {
+            let n = s.len();
+            Filters::new(FilterEval::new(s), n)
         });
         ShardAnalytics {
             filters,
@@ -1182,8 +1221,7 @@ impl ShardAnalytics {
             }
         }
         if let Some(f) = self.filters.as_mut() {
-            rep.filters = f.second.clone();
-            f.second.clear();
+            rep.filters = f.take_second();
         }
         rep.total = std::mem::take(&mut self.sec_total);
         // Hosts that reached a floor here are watched here, whatever the merger decides.

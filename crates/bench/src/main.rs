@@ -5,12 +5,15 @@
 //! child's user+sys time and memory its peak RSS, both from `wait4`.
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR] [--no-peers]
-//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history,api]
+//!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history,api,
+//!                            analytics,detect]
 //!                    [--repeats N]
 
 use serde_json::Value;
 
+mod analytics_bench;
 mod api_bench;
+mod detect_bench;
 mod history_bench;
 mod series_bench;
 use sonde_bench::{
@@ -25,8 +28,19 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 10] = [
-    "grid", "memory", "dpi", "peers", "collect", "scaling", "attack", "series", "history", "api",
+const SECTIONS: [&str; 12] = [
+    "grid",
+    "memory",
+    "dpi",
+    "peers",
+    "collect",
+    "scaling",
+    "attack",
+    "series",
+    "history",
+    "api",
+    "analytics",
+    "detect",
 ];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
@@ -1609,6 +1623,23 @@ fn main() {
                 b.progress("api: REST API latency at 1M hosts and flows, and packets under load");
                 let text = api_bench::run(b.opts.quick, b.opts.repeats, &b.opts.sonde, &b.scratch)
                     .unwrap_or_else(|e| format!("## 10. REST API speed\n\nfailed: {e}\n"));
+                b.emit(&text);
+            }
+            "analytics" => analytics_bench::run(&mut b),
+            "detect" => {
+                b.progress(
+                    "detect: DDoS detection side by side with FastNetMon (replayed attacks)",
+                );
+                let text = detect_bench::run(
+                    b.opts.quick,
+                    b.opts.repeats,
+                    &b.opts.sonde,
+                    &b.opts.data_dir,
+                    &b.scratch,
+                )
+                .unwrap_or_else(|e| {
+                    format!("## 12. DDoS detection side by side with FastNetMon\n\nfailed: {e}\n")
+                });
                 b.emit(&text);
             }
             _ => unreachable!(),

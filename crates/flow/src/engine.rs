@@ -1175,9 +1175,15 @@ impl Engine {
             .analytics
             .as_deref()
             .and_then(|a| a.filters.as_ref())
-            .map(|f| &f.second);
+            .map(|f| f.second());
         if let Some(s) = self.series.as_deref_mut() {
-            s.close(start, &self.hosts, &self.exporters, gauges, filters);
+            s.close(
+                start,
+                &self.hosts,
+                &self.exporters,
+                gauges,
+                filters.as_ref(),
+            );
         }
     }
 }
