@@ -351,7 +351,7 @@ fn flood(b: &mut Bench, spec: &str, n: u64, heavy: u64) -> String {
             if is_heavy {
                 expected.to_string()
             } else {
-                "1 (a flood source)".into()
+                "a flood source (random addresses may repeat)".into()
             },
             e["error_bytes"].as_u64().unwrap_or(0).to_string(),
         ]);
