@@ -214,19 +214,13 @@ impl Merger {
     pub fn finish(&mut self) {
         self.merge_ready(true);
         // An attack still in its hold time ends where its rates were last above a threshold.
-        let keys: Vec<_> = self.attacks.keys().copied().collect();
-        for k in keys {
-            if let Some(d) = self.attacks.remove(&k) {
-                let last = d.last_seen;
-                self.end(d, last);
-            }
-        }
-        let keys: Vec<_> = self.anomalies.keys().copied().collect();
-        for k in keys {
-            if let Some(d) = self.anomalies.remove(&k) {
-                let last = d.last_seen;
-                self.end(d, last);
-            }
+        // Everything ends in the order it started.
+        let mut open: Vec<Detection> = self.attacks.drain().map(|(_, d)| d).collect();
+        open.extend(self.anomalies.drain().map(|(_, d)| d));
+        open.sort_unstable_by_key(|d| d.id);
+        for d in open {
+            let last = d.last_seen;
+            self.end(d, last);
         }
         self.set_watch();
     }
@@ -311,8 +305,11 @@ impl Merger {
                 }
             }
         }
-        // Thresholds.
-        for (h, sec) in &hosts {
+        // Thresholds, host by host in address order: detections are numbered in the order
+        // they start, and the same input must give the same numbers.
+        let mut by_addr: Vec<(&HostAddr, &HostSecond)> = hosts.iter().collect();
+        by_addr.sort_unstable_by_key(|(h, _)| **h);
+        for (h, sec) in by_addr {
             let (limits, network) = self.cfg.thresholds.for_host(h);
             let limits = *limits;
             for (dir, rates) in sec.iter().enumerate() {
@@ -361,10 +358,11 @@ impl Merger {
                 .get(Key::DdosHold)
                 .unwrap_or(5);
             if second >= d.last_above + hold {
-                ended.push(*k);
+                ended.push((d.id, *k));
             }
         }
-        for k in ended {
+        ended.sort_unstable_by_key(|(id, _)| *id);
+        for (_, k) in ended {
             if let Some(d) = self.attacks.remove(&k) {
                 let last = d.last_seen;
                 self.end(d, last);
@@ -440,10 +438,14 @@ impl Merger {
             self.watch.set(hosts.clone());
             self.watched = hosts;
         }
-        let active: Vec<Value> = self
+        let mut active: Vec<&Detection> = self
             .attacks
             .values()
             .chain(self.anomalies.values())
+            .collect();
+        active.sort_unstable_by_key(|d| d.id);
+        let active: Vec<Value> = active
+            .into_iter()
             .map(|d| Value::Object(render_detection(d, "active", &self.app_name)))
             .collect();
         self.live().active = active;
@@ -598,7 +600,9 @@ impl Merger {
             "icmp_receivers": icmp_r.iter().take(n).map(icmp_entry).collect::<Vec<_>>(),
         });
 
-        // Lifecycle: an anomaly seen again extends its detection; one not seen ends.
+        // Lifecycle: an anomaly seen again extends its detection; one not seen ends. In a
+        // fixed order (type, then address), so that the same input numbers them the same.
+        seen.sort_by(|a, b| (a.0, a.1).cmp(&(b.0, b.1)));
         for (kind, host, ev, targets) in seen {
             let key = (kind, host);
             let is_new = !self.anomalies.contains_key(&key);
@@ -651,13 +655,14 @@ impl Merger {
                 self.emit(rec, true);
             }
         }
-        let gone: Vec<_> = self
+        let mut gone: Vec<_> = self
             .anomalies
             .iter()
             .filter(|(_, d)| d.interval != start)
-            .map(|(k, _)| *k)
+            .map(|(k, d)| (d.id, *k))
             .collect();
-        for k in gone {
+        gone.sort_unstable_by_key(|(id, _)| *id);
+        for (_, k) in gone {
             if let Some(d) = self.anomalies.remove(&k) {
                 let last = d.last_seen;
                 self.end(d, last);
@@ -867,7 +872,16 @@ fn apps_flows(parts: &[IntervalPart]) -> u64 {
 
 fn merge_flows(parts: &[IntervalPart], n: usize) -> Vec<FlowIvl> {
     let mut all: Vec<FlowIvl> = parts.iter().flat_map(|p| p.flows.iter().copied()).collect();
-    all.sort_unstable_by_key(|f| std::cmp::Reverse(f.bytes));
+    all.sort_unstable_by_key(|f| {
+        (
+            std::cmp::Reverse(f.bytes),
+            f.client,
+            f.server,
+            f.client_port,
+            f.server_port,
+            f.proto,
+        )
+    });
     all.truncate(n);
     all
 }

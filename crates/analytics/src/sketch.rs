@@ -40,7 +40,7 @@ pub struct SpaceSaving<K, V> {
     evictions: u64,
 }
 
-impl<K: Hash + Eq + Copy, V: Default> SpaceSaving<K, V> {
+impl<K: Hash + Eq + Copy + Ord, V: Default> SpaceSaving<K, V> {
     pub fn new(capacity: usize) -> SpaceSaving<K, V> {
         let capacity = capacity.max(1);
         SpaceSaving {
@@ -161,7 +161,8 @@ impl<K: Hash + Eq + Copy, V: Default> SpaceSaving<K, V> {
     /// kept).
     pub fn take_sorted(&mut self) -> Vec<Counter<K, V>> {
         let mut out: Vec<Counter<K, V>> = std::mem::take(&mut self.counters);
-        out.sort_unstable_by_key(|c| std::cmp::Reverse(c.weight));
+        // Ties in key order: the same input lists the same way.
+        out.sort_unstable_by_key(|c| (std::cmp::Reverse(c.weight), c.key));
         self.clear();
         out
     }
@@ -236,7 +237,7 @@ pub struct HeavyHitters<K, V> {
 
 const ROWS: usize = 4;
 
-impl<K: Hash + Eq + Copy, V: Default> HeavyHitters<K, V> {
+impl<K: Hash + Eq + Copy + Ord, V: Default> HeavyHitters<K, V> {
     /// `capacity` counters, behind a Count-Min sketch `width` wide (rounded to a power of
     /// two) and [`ROWS`] deep.
     pub fn new(capacity: usize, width: usize) -> HeavyHitters<K, V> {
@@ -349,7 +350,7 @@ impl<K, V> Default for Part<K, V> {
     }
 }
 
-impl<K: Hash + Eq + Copy, V: Default> SpaceSaving<K, V> {
+impl<K: Hash + Eq + Copy + Ord, V: Default> SpaceSaving<K, V> {
     /// The sketch as a part for [`merge_parts`], emptied.
     pub fn take_part(&mut self) -> Part<K, V> {
         let floor = self.floor();
@@ -365,7 +366,7 @@ impl<K: Hash + Eq + Copy, V: Default> SpaceSaving<K, V> {
 /// part's floor there, which is added to its error (not its weight), so `weight - error` stays
 /// a lower bound and `weight` an upper bound... of what the listing parts saw plus the floors.
 /// Heaviest first.
-pub fn merge_parts<K: Hash + Eq + Copy, V: Default + Merge + Clone>(
+pub fn merge_parts<K: Hash + Eq + Copy + Ord, V: Default + Merge + Clone>(
     parts: &[Part<K, V>],
 ) -> Vec<Counter<K, V>> {
     let mut all: HashMap<K, (Counter<K, V>, u64)> = HashMap::new();
@@ -399,7 +400,8 @@ pub fn merge_parts<K: Hash + Eq + Copy, V: Default + Merge + Clone>(
             c
         })
         .collect();
-    out.sort_unstable_by_key(|c| std::cmp::Reverse(c.weight));
+    // Ties in key order: the same input lists the same way.
+    out.sort_unstable_by_key(|c| (std::cmp::Reverse(c.weight), c.key));
     out
 }
 

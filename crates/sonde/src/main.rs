@@ -5,7 +5,8 @@
 //! failure ends as one `sonde: error: …` line on stderr and a non-zero exit code.
 
 use anyhow::{bail, Context, Result};
-use clap::{Parser, ValueEnum};
+use clap::{CommandFactory, FromArgMatches};
+use cli::{Cli, DpiArg, FormatArg, OnOff, ReplayArg, TableFullArg};
 use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
 use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
@@ -16,210 +17,14 @@ use sonde_probe::{
     HistorySink, Input, ProbeConfig, Replay, ZmqSink,
 };
 use std::io::{IsTerminal, Write};
-use std::path::PathBuf;
 use std::process::ExitCode;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
+mod cli;
+mod config_file;
 mod query;
 mod user;
-
-#[derive(Parser, Debug)]
-#[command(
-    name = "sonde",
-    version,
-    about = "Real-time network traffic monitor: packets in, exact flows and hosts out"
-)]
-#[command(group = clap::ArgGroup::new("input").required(true).args(["read", "interface", "synthetic", "collect"]))]
-struct Cli {
-    /// Read packets from a pcap or pcapng file.
-    #[arg(short = 'r', long = "read", value_name = "FILE")]
-    read: Option<PathBuf>,
-    /// Capture live on an interface (needs root or CAP_NET_RAW).
-    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
-    interface: Option<String>,
-    /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S]
-    /// [,payload=zero|http|tls|dns|mix].
-    #[arg(long, value_name = "SPEC")]
-    synthetic: Option<String>,
-    /// Collect flows instead of capturing packets: udp://ADDR:PORT (NetFlow v5/v9, IPFIX,
-    /// sFlow), tcp://ADDR:PORT (IPFIX over TCP), zmq+tcp://ADDR:PORT (JSON flows from
-    /// --zmq-export); may be given several times. Runs until Ctrl-C or --duration.
-    #[arg(long, value_name = "SOURCE")]
-    collect: Vec<String>,
-    /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,
-    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times.
-    #[arg(long, value_name = "TARGET")]
-    export: Vec<String>,
-    /// Push expired flows as JSON to a collector over ZMQ (tcp://HOST:PORT of another sonde's
-    /// --collect zmq+tcp://…).
-    #[arg(long, value_name = "ENDPOINT")]
-    zmq_export: Vec<String>,
-    /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.
-    #[arg(short = 'f', long = "filter", value_name = "BPF")]
-    filter: Option<String>,
-    /// With --synthetic: write the generated packets to a pcap file and exit.
-    #[arg(
-        short = 'w',
-        long = "write",
-        value_name = "FILE",
-        requires = "synthetic"
-    )]
-    write: Option<PathBuf>,
-    /// Shards (one per core); both directions of a flow always go to the same shard.
-    #[arg(long, default_value_t = 1, value_name = "N")]
-    threads: usize,
-    /// Read a file as fast as possible, or paced by its timestamps.
-    #[arg(long, value_enum, default_value_t = ReplayArg::Fast)]
-    replay: ReplayArg,
-    /// Write expired flows to FILE ('-' for standard output).
-    #[arg(long, value_name = "FILE")]
-    flows_out: Option<PathBuf>,
-    #[arg(long, value_enum, default_value_t = FormatArg::Json)]
-    flows_format: FormatArg,
-    /// Write hosts as JSON lines: each purged host (idle and flowless) when it goes, then
-    /// every remaining host, merged across shards, at the end.
-    #[arg(long, value_name = "FILE")]
-    hosts_out: Option<PathBuf>,
-    /// Serve the web console (/), the REST API (/api/v1/…, OpenAPI at /api/v1/openapi.json)
-    /// and Prometheus metrics (/metrics) on ADDR:PORT, e.g. 127.0.0.1:3000. Logins are
-    /// required (see --users). With a file or synthetic input, sonde keeps serving what it
-    /// counted after the end, until Ctrl-C or --duration.
-    #[arg(long, value_name = "ADDR:PORT")]
-    http: Option<std::net::SocketAddr>,
-    /// The users of the console and the API (default ~/.config/sonde/users). When it has no
-    /// user, sonde creates 'admin' with a generated password and prints it once. Manage it with
-    /// 'sonde user add|del|token|list'.
-    #[arg(long, value_name = "FILE")]
-    users: Option<PathBuf>,
-    /// Serve the console and the API without logins: allowed on loopback addresses only.
-    #[arg(long)]
-    no_auth: bool,
-    /// Speak HTTPS on --http with this PEM certificate chain (with --https-key).
-    #[arg(long, value_name = "FILE", requires = "https_key")]
-    https_cert: Option<PathBuf>,
-    /// The PEM private key of --https-cert.
-    #[arg(long, value_name = "FILE", requires = "https_cert")]
-    https_key: Option<PathBuf>,
-    /// Keep history in DIR: every expired flow, and per-second time series of the traffic, each
-    /// application and each host (made durable every second; query them with
-    /// 'sonde query --data-dir DIR flows|hosts|apps|series').
-    #[arg(long, value_name = "DIR")]
-    data_dir: Option<PathBuf>,
-    /// Time series retention, in rows of each resolution: 1 s,1 min,1 h,1 day (default
-    /// 3600,10080,8760,1826: an hour, a week, a year, five years).
-    #[arg(long, value_name = "S,M,H,D")]
-    series_retention: Option<String>,
-    /// Flow history retention: delete flows older than this many days (0: no age limit).
-    #[arg(long, default_value_t = 30.0, value_name = "DAYS")]
-    history_max_age: f64,
-    /// Flow history retention: keep at most this many GiB (0: no size limit).
-    #[arg(long, default_value_t = 10.0, value_name = "GIB")]
-    history_max_size: f64,
-    /// Write the final summary as JSON to FILE ('-' for standard output).
-    #[arg(long, value_name = "FILE")]
-    stats_json: Option<PathBuf>,
-    /// Print a stats line per shard every SECS seconds (0: never). Default: 1 for live capture.
-    #[arg(long, value_name = "SECS")]
-    stats_interval: Option<f64>,
-    /// Seconds without packets after which a flow is expired.
-    #[arg(long, default_value_t = 120, value_name = "SECS")]
-    idle_timeout: u64,
-    /// Seconds after which a long flow is exported and its counters restarted (0: never).
-    #[arg(long, default_value_t = 1800, value_name = "SECS")]
-    active_timeout: u64,
-    /// Flow table capacity (all shards together); accepts k/M suffixes.
-    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
-    max_flows: usize,
-    /// Host table capacity (all shards together); accepts k/M suffixes.
-    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
-    max_hosts: usize,
-    /// When the flow table is full: evict the longest-idle flows, or drop new ones.
-    #[arg(long, value_enum, default_value_t = TableFullArg::Evict)]
-    table_full: TableFullArg,
-    /// Stop a live or synthetic run after SECS seconds.
-    #[arg(long, value_name = "SECS")]
-    duration: Option<f64>,
-    /// Application detection: off, builtin (sonde's own detectors) or ndpi.
-    #[arg(long, value_enum, default_value_t = DpiArg::Builtin)]
-    dpi: DpiArg,
-    /// Extra service rules (host names and address blocks → application), in the format of
-    /// crates/dpi/data/services.txt; may be given several times.
-    #[arg(long, value_name = "FILE")]
-    dpi_services: Vec<PathBuf>,
-    /// Count the packets and bytes matching labelled tcpdump expressions, one chart per set:
-    /// 'NAME=LABEL:EXPR;LABEL:EXPR…', e.g. 'web=http:tcp port 80;tls:tcp port 443'; may be
-    /// given several times.
-    #[arg(long, value_name = "SPEC")]
-    filter_set: Vec<String>,
-    /// Length of the top-N and anomaly lists' interval, in seconds (Ourmon's 30 s lists).
-    #[arg(long, default_value_t = 30, value_name = "SECS")]
-    top_interval: u64,
-    /// Entries kept per top-N list and interval.
-    #[arg(long, default_value_t = 25, value_name = "N")]
-    top_n: usize,
-    /// A detection threshold, [NETWORK:]KEY=VALUE, e.g. ddos.pps=50k or
-    /// 10.0.0.0/8:ddos.mbps=5000 (value 'off' turns a check off); may be given several times.
-    /// 'sonde --threshold help' lists the keys.
-    #[arg(long, value_name = "[NET:]KEY=VALUE")]
-    threshold: Vec<String>,
-    /// Write detections (scans, floods, DDoS, ICMP errors, noisy hosts) as JSON lines to FILE
-    /// ('-' for standard output).
-    #[arg(long, value_name = "FILE")]
-    alerts_out: Option<PathBuf>,
-    /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
-    #[arg(long, value_enum, default_value_t = OnOff::On)]
-    analytics: OnOff,
-    /// No progress bar and no summary on stderr (errors are still printed).
-    #[arg(short, long)]
-    quiet: bool,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum OnOff {
-    On,
-    Off,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum ReplayArg {
-    Fast,
-    Realtime,
-}
-
-#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum)]
-enum DpiArg {
-    Off,
-    Builtin,
-    Ndpi,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum FormatArg {
-    Json,
-    Csv,
-}
-
-#[derive(Clone, Copy, Debug, ValueEnum)]
-enum TableFullArg {
-    Evict,
-    Drop,
-}
-
-fn parse_count(s: &str) -> Result<usize, String> {
-    let t = s.trim().replace('_', "");
-    let (digits, mult) = match t.chars().last() {
-        Some('k' | 'K') => (&t[..t.len() - 1], 1_000),
-        Some('m' | 'M') => (&t[..t.len() - 1], 1_000_000),
-        _ => (&t[..], 1),
-    };
-    match digits.parse::<usize>() {
-        Ok(n) if n > 0 => Ok(n * mult),
-        _ => Err(format!(
-            "'{s}' is not a positive count (examples: 500000, 500k, 2M)"
-        )),
-    }
-}
 
 fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
     let backend = match cli.dpi {
@@ -333,15 +138,18 @@ fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
 }
 
 fn main() -> ExitCode {
-    // `sonde query …` reads a data directory, `sonde user …` edits the users file; everything
-    // else runs the probe.
+    // `sonde query …` reads a data directory, `sonde user …` edits the users file, `sonde
+    // config …` checks or prints a config file; everything else runs the probe.
     let sub = std::env::args_os().nth(1);
-    if sub.as_ref().is_some_and(|a| a == "query" || a == "user") {
+    if sub
+        .as_ref()
+        .is_some_and(|a| a == "query" || a == "user" || a == "config")
+    {
         let args = std::env::args_os().skip(1);
-        let done = if sub.is_some_and(|a| a == "query") {
-            query::run(args)
-        } else {
-            user::run(args)
+        let done = match sub.as_ref().and_then(|a| a.to_str()) {
+            Some("query") => query::run(args),
+            Some("user") => user::run(args),
+            _ => config_command(args.skip(1).collect()),
         };
         return match done {
             Ok(()) => ExitCode::SUCCESS,
@@ -360,7 +168,7 @@ fn main() -> ExitCode {
         print_threshold_keys();
         return ExitCode::SUCCESS;
     }
-    let cli = match Cli::try_parse() {
+    let cli = match parse_flags(std::env::args_os()) {
         Ok(c) => c,
         Err(e) => {
             use clap::error::ErrorKind;
@@ -368,32 +176,133 @@ fn main() -> ExitCode {
                 let _ = e.print();
                 return ExitCode::SUCCESS;
             }
-            // clap's message spans several lines: keep the part before its usage and tips on
-            // one line (a missing argument is named on the line after the first).
-            let text = e.to_string();
-            let what: Vec<&str> = text
-                .lines()
-                .take_while(|l| !l.starts_with("Usage:") && !l.trim_start().starts_with("tip:"))
-                .map(str::trim)
-                .filter(|l| !l.is_empty())
-                .collect();
-            let what = what.join(" ");
-            let what = what.trim_start_matches("error: ");
-            eprintln!("sonde: error: {what} (see 'sonde --help')");
+            eprintln!("sonde: error: {} (see 'sonde --help')", clap_error_line(&e));
             return ExitCode::from(2);
         }
     };
+    let cli = match with_config_file(cli) {
+        Ok(c) => c,
+        Err(e) => return report_error(e),
+    };
     match run(cli) {
         Ok(code) => code,
-        Err(e) => {
-            let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
-            eprintln!("sonde: error: {}", msg.join(": "));
-            ExitCode::FAILURE
+        Err(e) => report_error(e),
+    }
+}
+
+fn report_error(e: anyhow::Error) -> ExitCode {
+    let msg: Vec<String> = e.chain().map(|c| c.to_string()).collect();
+    eprintln!("sonde: error: {}", msg.join(": "));
+    ExitCode::FAILURE
+}
+
+/// `sonde config example` prints a commented file; `sonde config check FILE [FLAGS…]` reads
+/// it (with any flags, as a run would) and checks every setting without starting anything.
+fn config_command(args: Vec<std::ffi::OsString>) -> Result<()> {
+    const USAGE: &str = "usage: sonde config example | sonde config check FILE [FLAGS…]";
+    match args.first().and_then(|a| a.to_str()) {
+        Some("example") if args.len() == 1 => {
+            print!("{}", config_file::EXAMPLE);
+            Ok(())
+        }
+        Some("check") if args.len() >= 2 => {
+            let mut argv: Vec<std::ffi::OsString> = vec!["sonde".into(), "--config".into()];
+            argv.extend(args[1..].iter().cloned());
+            let flags = parse_flags(argv).map_err(|e| anyhow::anyhow!(clap_error_line(&e)))?;
+            let cli = with_config_file(flags)?;
+            let p = prepare(&cli)?;
+            let sinks = p.cfg.extra_sinks.len()
+                + usize::from(p.cfg.flows_out.is_some())
+                + usize::from(p.cfg.hosts_out.is_some());
+            println!(
+                "{}: ok (input {}, {} shard(s), {} flow/host sink(s){}{})",
+                args[1].to_string_lossy(),
+                p.source_name,
+                p.cfg.threads,
+                sinks,
+                cli.http
+                    .map(|a| format!(", web console on {a}"))
+                    .unwrap_or_default(),
+                cli.data_dir
+                    .as_ref()
+                    .map(|d| format!(", history in {}", d.display()))
+                    .unwrap_or_default(),
+            );
+            Ok(())
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+/// The flags, and which of them the command line gave (the config file fills the others).
+struct Flags {
+    cli: Cli,
+    matches: clap::ArgMatches,
+}
+
+fn parse_flags<I, T>(args: I) -> Result<Flags, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok(Flags { cli, matches })
+}
+
+/// clap's message spans several lines: the part before its usage and tips, on one line (a
+/// missing argument is named on the line after the first).
+fn clap_error_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let what: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.trim_start().starts_with("tip:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    what.join(" ").trim_start_matches("error: ").to_string()
+}
+
+/// `--config FILE` laid under the flags, then the one-input rule checked on the result.
+fn with_config_file(flags: Flags) -> Result<Cli> {
+    let Flags { mut cli, matches } = flags;
+    if let Some(path) = cli.config.clone() {
+        let file = config_file::load(&path)?;
+        let base = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        config_file::apply(file, &base, &mut cli, &matches);
+    }
+    let inputs = [
+        cli.read.is_some(),
+        cli.interface.is_some(),
+        cli.synthetic.is_some(),
+        !cli.collect.is_empty(),
+    ];
+    match inputs.iter().filter(|&&x| x).count() {
+        0 => bail!(
+            "no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE (or an \
+             [input] section in --config FILE)"
+        ),
+        1 => Ok(cli),
+        _ => {
+            bail!(
+            "{}: [input] gives more than one of read, interface, synthetic and collect: keep one",
+            cli.config.as_deref().unwrap_or(std::path::Path::new("--config")).display()
+        )
         }
     }
 }
 
-fn run(cli: Cli) -> Result<ExitCode> {
+/// What the flags (and the config file) amount to, checked: everything but the start.
+struct Prepared {
+    cfg: ProbeConfig,
+    source_name: String,
+    is_file: bool,
+    stats_every: Option<Duration>,
+}
+
+/// Checks every setting and builds the probe's configuration; nothing is opened or started
+/// (`sonde config check` stops here).
+fn prepare(cli: &Cli) -> Result<Prepared> {
     let input = if let Some(p) = &cli.read {
         Input::File(p.clone())
     } else if let Some(i) = &cli.interface {
@@ -410,9 +319,6 @@ fn run(cli: Cli) -> Result<ExitCode> {
     } else {
         bail!("no input: give -r FILE, -i IFACE or --synthetic SPEC");
     };
-    if let (Some(path), Input::Synthetic(spec)) = (&cli.write, &input) {
-        return write_synthetic(spec, path, cli.quiet);
-    }
     if cli.threads == 0 {
         bail!("--threads must be at least 1");
     }
@@ -451,7 +357,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     };
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
     cfg.hosts_out = cli.hosts_out.clone();
-    cfg.dpi = dpi_config(&cli)?;
+    cfg.dpi = dpi_config(cli)?;
     for text in &cli.export {
         let target = ExportTarget::parse(text).map_err(anyhow::Error::msg)?;
         cfg.extra_sinks.push(std::sync::Arc::new(move || {
@@ -495,7 +401,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
             HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
         }));
     }
-    cfg.analytics = analytics_settings(&cli)?;
+    cfg.analytics = analytics_settings(cli)?;
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")
@@ -503,7 +409,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(d) => Some(Duration::from_secs_f64(d)),
         None => None,
     };
-    let interval = match cli.stats_interval {
+    let stats_every = match cli.stats_interval {
         Some(s) if s < 0.0 || !s.is_finite() => {
             bail!("--stats-interval must be 0 or a positive number of seconds")
         }
@@ -513,6 +419,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
         None => None,
     };
 
+    Ok(Prepared {
+        cfg,
+        source_name,
+        is_file,
+        stats_every,
+    })
+}
+
+fn run(cli: Cli) -> Result<ExitCode> {
+    if let (Some(path), Some(spec)) = (&cli.write, &cli.synthetic) {
+        return write_synthetic(&SyntheticSpec::parse(spec)?, path, cli.quiet);
+    }
+    let Prepared {
+        mut cfg,
+        source_name,
+        is_file,
+        stats_every: interval,
+    } = prepare(&cli)?;
     let deadline = cfg.duration.map(|d| Instant::now() + d);
     cfg.linger = cli.http.is_some();
     // Bound before anything starts: an exposed address or a busy port is reported at once.

@@ -1,0 +1,213 @@
+//! The command line: every flag of the probe. `--config FILE` says the same in TOML
+//! (config_file.rs); flags given here win over the file.
+
+use clap::{Parser, ValueEnum};
+use serde::Deserialize;
+use std::path::PathBuf;
+
+#[derive(Parser, Debug)]
+#[command(
+    name = "sonde",
+    version,
+    about = "Real-time network traffic monitor: packets in, exact flows and hosts out"
+)]
+// One input: from these flags, or from the config file's [input] (checked once both are read).
+#[command(group = clap::ArgGroup::new("input").args(["read", "interface", "synthetic", "collect"]))]
+pub struct Cli {
+    /// Read settings from a TOML file ('sonde config example' prints one); flags given here
+    /// win over it, and list flags (--export, --threshold, --filter-set…) add to its lists.
+    #[arg(long, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+    /// Read packets from a pcap or pcapng file.
+    #[arg(short = 'r', long = "read", value_name = "FILE")]
+    pub read: Option<PathBuf>,
+    /// Capture live on an interface (needs root or CAP_NET_RAW).
+    #[arg(short = 'i', long = "interface", value_name = "IFACE")]
+    pub interface: Option<String>,
+    /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S]
+    /// [,payload=zero|http|tls|dns|mix].
+    #[arg(long, value_name = "SPEC")]
+    pub synthetic: Option<String>,
+    /// Collect flows instead of capturing packets: udp://ADDR:PORT (NetFlow v5/v9, IPFIX,
+    /// sFlow), tcp://ADDR:PORT (IPFIX over TCP), zmq+tcp://ADDR:PORT (JSON flows from
+    /// --zmq-export); may be given several times. Runs until Ctrl-C or --duration.
+    #[arg(long, value_name = "SOURCE")]
+    pub collect: Vec<String>,
+    /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,
+    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times.
+    #[arg(long, value_name = "TARGET")]
+    pub export: Vec<String>,
+    /// Push expired flows as JSON to a collector over ZMQ (tcp://HOST:PORT of another sonde's
+    /// --collect zmq+tcp://…).
+    #[arg(long, value_name = "ENDPOINT")]
+    pub zmq_export: Vec<String>,
+    /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.
+    #[arg(short = 'f', long = "filter", value_name = "BPF")]
+    pub filter: Option<String>,
+    /// With --synthetic: write the generated packets to a pcap file and exit.
+    #[arg(
+        short = 'w',
+        long = "write",
+        value_name = "FILE",
+        requires = "synthetic"
+    )]
+    pub write: Option<PathBuf>,
+    /// Shards (one per core); both directions of a flow always go to the same shard.
+    #[arg(long, default_value_t = 1, value_name = "N")]
+    pub threads: usize,
+    /// Read a file as fast as possible, or paced by its timestamps.
+    #[arg(long, value_enum, default_value_t = ReplayArg::Fast)]
+    pub replay: ReplayArg,
+    /// Write expired flows to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub flows_out: Option<PathBuf>,
+    #[arg(long, value_enum, default_value_t = FormatArg::Json)]
+    pub flows_format: FormatArg,
+    /// Write hosts as JSON lines: each purged host (idle and flowless) when it goes, then
+    /// every remaining host, merged across shards, at the end.
+    #[arg(long, value_name = "FILE")]
+    pub hosts_out: Option<PathBuf>,
+    /// Serve the web console (/), the REST API (/api/v1/…, OpenAPI at /api/v1/openapi.json)
+    /// and Prometheus metrics (/metrics) on ADDR:PORT, e.g. 127.0.0.1:3000. Logins are
+    /// required (see --users). With a file or synthetic input, sonde keeps serving what it
+    /// counted after the end, until Ctrl-C or --duration.
+    #[arg(long, value_name = "ADDR:PORT")]
+    pub http: Option<std::net::SocketAddr>,
+    /// The users of the console and the API (default ~/.config/sonde/users). When it has no
+    /// user, sonde creates 'admin' with a generated password and prints it once. Manage it with
+    /// 'sonde user add|del|token|list'.
+    #[arg(long, value_name = "FILE")]
+    pub users: Option<PathBuf>,
+    /// Serve the console and the API without logins: allowed on loopback addresses only.
+    #[arg(long)]
+    pub no_auth: bool,
+    /// Speak HTTPS on --http with this PEM certificate chain (with --https-key).
+    #[arg(long, value_name = "FILE", requires = "https_key")]
+    pub https_cert: Option<PathBuf>,
+    /// The PEM private key of --https-cert.
+    #[arg(long, value_name = "FILE", requires = "https_cert")]
+    pub https_key: Option<PathBuf>,
+    /// Keep history in DIR: every expired flow, and per-second time series of the traffic, each
+    /// application and each host (made durable every second; query them with
+    /// 'sonde query --data-dir DIR flows|hosts|apps|series').
+    #[arg(long, value_name = "DIR")]
+    pub data_dir: Option<PathBuf>,
+    /// Time series retention, in rows of each resolution: 1 s,1 min,1 h,1 day (default
+    /// 3600,10080,8760,1826: an hour, a week, a year, five years).
+    #[arg(long, value_name = "S,M,H,D")]
+    pub series_retention: Option<String>,
+    /// Flow history retention: delete flows older than this many days (0: no age limit).
+    #[arg(long, default_value_t = 30.0, value_name = "DAYS")]
+    pub history_max_age: f64,
+    /// Flow history retention: keep at most this many GiB (0: no size limit).
+    #[arg(long, default_value_t = 10.0, value_name = "GIB")]
+    pub history_max_size: f64,
+    /// Write the final summary as JSON to FILE ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub stats_json: Option<PathBuf>,
+    /// Print a stats line per shard every SECS seconds (0: never). Default: 1 for live capture.
+    #[arg(long, value_name = "SECS")]
+    pub stats_interval: Option<f64>,
+    /// Seconds without packets after which a flow is expired.
+    #[arg(long, default_value_t = 120, value_name = "SECS")]
+    pub idle_timeout: u64,
+    /// Seconds after which a long flow is exported and its counters restarted (0: never).
+    #[arg(long, default_value_t = 1800, value_name = "SECS")]
+    pub active_timeout: u64,
+    /// Flow table capacity (all shards together); accepts k/M suffixes.
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    pub max_flows: usize,
+    /// Host table capacity (all shards together); accepts k/M suffixes.
+    #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
+    pub max_hosts: usize,
+    /// When the flow table is full: evict the longest-idle flows, or drop new ones.
+    #[arg(long, value_enum, default_value_t = TableFullArg::Evict)]
+    pub table_full: TableFullArg,
+    /// Stop a live or synthetic run after SECS seconds.
+    #[arg(long, value_name = "SECS")]
+    pub duration: Option<f64>,
+    /// Application detection: off, builtin (sonde's own detectors) or ndpi.
+    #[arg(long, value_enum, default_value_t = DpiArg::Builtin)]
+    pub dpi: DpiArg,
+    /// Extra service rules (host names and address blocks → application), in the format of
+    /// crates/dpi/data/services.txt; may be given several times.
+    #[arg(long, value_name = "FILE")]
+    pub dpi_services: Vec<PathBuf>,
+    /// Count the packets and bytes matching labelled tcpdump expressions, one chart per set:
+    /// 'NAME=LABEL:EXPR;LABEL:EXPR…', e.g. 'web=http:tcp port 80;tls:tcp port 443'; may be
+    /// given several times.
+    #[arg(long, value_name = "SPEC")]
+    pub filter_set: Vec<String>,
+    /// Length of the top-N and anomaly lists' interval, in seconds (Ourmon's 30 s lists).
+    #[arg(long, default_value_t = 30, value_name = "SECS")]
+    pub top_interval: u64,
+    /// Entries kept per top-N list and interval.
+    #[arg(long, default_value_t = 25, value_name = "N")]
+    pub top_n: usize,
+    /// A detection threshold, [NETWORK:]KEY=VALUE, e.g. ddos.pps=50k or
+    /// 10.0.0.0/8:ddos.mbps=5000 (value 'off' turns a check off); may be given several times.
+    /// 'sonde --threshold help' lists the keys.
+    #[arg(long, value_name = "[NET:]KEY=VALUE")]
+    pub threshold: Vec<String>,
+    /// Write detections (scans, floods, DDoS, ICMP errors, noisy hosts) as JSON lines to FILE
+    /// ('-' for standard output).
+    #[arg(long, value_name = "FILE")]
+    pub alerts_out: Option<PathBuf>,
+    /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
+    #[arg(long, value_enum, default_value_t = OnOff::On)]
+    pub analytics: OnOff,
+    /// No progress bar and no summary on stderr (errors are still printed).
+    #[arg(short, long)]
+    pub quiet: bool,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OnOff {
+    On,
+    Off,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ReplayArg {
+    Fast,
+    Realtime,
+}
+
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum DpiArg {
+    Off,
+    Builtin,
+    Ndpi,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FormatArg {
+    Json,
+    Csv,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TableFullArg {
+    Evict,
+    Drop,
+}
+
+pub fn parse_count(s: &str) -> Result<usize, String> {
+    let t = s.trim().replace('_', "");
+    let (digits, mult) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 1_000),
+        Some('m' | 'M') => (&t[..t.len() - 1], 1_000_000),
+        _ => (&t[..], 1),
+    };
+    match digits.parse::<usize>() {
+        Ok(n) if n > 0 => Ok(n * mult),
+        _ => Err(format!(
+            "'{s}' is not a positive count (examples: 500000, 500k, 2M)"
+        )),
+    }
+}

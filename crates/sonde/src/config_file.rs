@@ -1,0 +1,454 @@
+//! `--config FILE`: the same settings as the flags, in TOML. The file is read into [`File`]
+//! (every key optional, unknown keys refused), then laid under the flags: a flag given on the
+//! command line wins, a list flag (`--export`, `--threshold`, …) adds to the file's list, and
+//! an input flag (`-r`, `-i`, `--synthetic`, `--collect`) replaces the file's input. What
+//! follows is the flags' own path, so a run described by a file and the same run described by
+//! flags are the same run.
+//!
+//! Values are checked as they are read, with the parser the flag uses, so an error names the
+//! file, the line and the key (`sonde.toml line 7, key flows.max_flows: …`).
+
+use crate::cli::{Cli, DpiArg, FormatArg, OnOff, ReplayArg, TableFullArg};
+use anyhow::{anyhow, Context, Result};
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use serde::{Deserialize, Deserializer};
+use std::path::{Path, PathBuf};
+
+/// The whole file. Sections follow the README's grouping of the flags.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct File {
+    #[serde(default)]
+    pub input: InputSection,
+    #[serde(default)]
+    pub flows: FlowsSection,
+    #[serde(default)]
+    pub dpi: DpiSection,
+    #[serde(default)]
+    pub output: OutputSection,
+    #[serde(default)]
+    pub http: HttpSection,
+    #[serde(default)]
+    pub history: HistorySection,
+    #[serde(default)]
+    pub analytics: AnalyticsSection,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct InputSection {
+    pub read: Option<PathBuf>,
+    pub interface: Option<String>,
+    #[serde(default, deserialize_with = "synthetic_spec")]
+    pub synthetic: Option<String>,
+    #[serde(default, deserialize_with = "collect_sources")]
+    pub collect: Option<Vec<String>>,
+    pub filter: Option<String>,
+    pub replay: Option<ReplayArg>,
+    #[serde(default, deserialize_with = "threads")]
+    pub threads: Option<usize>,
+    #[serde(default, deserialize_with = "positive_seconds")]
+    pub duration: Option<f64>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FlowsSection {
+    #[serde(default, deserialize_with = "whole_seconds")]
+    pub idle_timeout: Option<u64>,
+    pub active_timeout: Option<u64>,
+    #[serde(default, deserialize_with = "count")]
+    pub max_flows: Option<usize>,
+    #[serde(default, deserialize_with = "count")]
+    pub max_hosts: Option<usize>,
+    pub table_full: Option<TableFullArg>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct DpiSection {
+    pub mode: Option<DpiArg>,
+    pub services: Option<Vec<PathBuf>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct OutputSection {
+    pub flows: Option<PathBuf>,
+    pub flows_format: Option<FormatArg>,
+    pub hosts: Option<PathBuf>,
+    pub stats_json: Option<PathBuf>,
+    #[serde(default, deserialize_with = "seconds_or_zero")]
+    pub stats_interval: Option<f64>,
+    pub quiet: Option<bool>,
+    /// Flow export to collectors (`--export`).
+    #[serde(default, deserialize_with = "export_targets")]
+    pub export: Option<Vec<String>>,
+    #[serde(default)]
+    pub zmq_export: Option<Vec<String>>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HttpSection {
+    #[serde(default, deserialize_with = "socket_addr")]
+    pub listen: Option<std::net::SocketAddr>,
+    pub users: Option<PathBuf>,
+    pub no_auth: Option<bool>,
+    pub https_cert: Option<PathBuf>,
+    pub https_key: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct HistorySection {
+    pub data_dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "seconds_or_zero")]
+    pub max_age_days: Option<f64>,
+    #[serde(default, deserialize_with = "seconds_or_zero")]
+    pub max_size_gib: Option<f64>,
+    #[serde(default, deserialize_with = "series_retention")]
+    pub series_retention: Option<String>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct AnalyticsSection {
+    pub enabled: Option<bool>,
+    pub top_interval: Option<u64>,
+    pub top_n: Option<usize>,
+    pub alerts_out: Option<PathBuf>,
+    #[serde(default, deserialize_with = "thresholds")]
+    pub thresholds: Option<Vec<String>>,
+    #[serde(default)]
+    pub filter_set: Vec<FilterSetTable>,
+}
+
+/// `[[analytics.filter_set]]`: `name` and `match = ["LABEL: EXPR", …]`; the expressions are
+/// compiled by libpcap as the file is read.
+#[derive(Debug)]
+pub struct FilterSetTable {
+    pub spec: String,
+}
+
+impl<'de> Deserialize<'de> for FilterSetTable {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        #[derive(Deserialize)]
+        #[serde(deny_unknown_fields)]
+        struct Raw {
+            name: String,
+            #[serde(rename = "match")]
+            lines: Vec<String>,
+        }
+        let raw = Raw::deserialize(d)?;
+        if let Some(l) = raw.lines.iter().find(|l| l.contains(';')) {
+            return Err(serde::de::Error::custom(format!(
+                "'{l}': one expression per string (no ';')"
+            )));
+        }
+        let spec = format!("{}={}", raw.name, raw.lines.join(";"));
+        let parsed =
+            sonde_analytics::FilterSetSpec::parse(&spec).map_err(serde::de::Error::custom)?;
+        sonde_analytics::FilterSets::compile(std::slice::from_ref(&parsed))
+            .map_err(serde::de::Error::custom)?;
+        Ok(FilterSetTable { spec })
+    }
+}
+
+// Value checks: each runs the flag's own parser, so the file and the flag accept the same
+// values and say the same thing about a bad one.
+
+fn custom<E: serde::de::Error>(msg: impl std::fmt::Display) -> E {
+    E::custom(msg)
+}
+
+fn synthetic_spec<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let s = String::deserialize(d)?;
+    sonde_capture::SyntheticSpec::parse(&s).map_err(custom)?;
+    Ok(Some(s))
+}
+
+fn collect_sources<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    for s in &v {
+        sonde_probe::CollectSource::parse(s).map_err(custom)?;
+    }
+    Ok(Some(v))
+}
+
+fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    match usize::deserialize(d)? {
+        0 => Err(custom("threads must be at least 1")),
+        n => Ok(Some(n)),
+    }
+}
+
+fn positive_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v > 0.0 && v.is_finite() {
+        Ok(Some(v))
+    } else {
+        Err(custom(format!("{v}: give a positive number of seconds")))
+    }
+}
+
+fn seconds_or_zero<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    if v >= 0.0 && v.is_finite() {
+        Ok(Some(v))
+    } else {
+        Err(custom(format!("{v}: give 0 or a positive number")))
+    }
+}
+
+fn whole_seconds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    match u64::deserialize(d)? {
+        0 => Err(custom("must be at least 1 second")),
+        n => Ok(Some(n)),
+    }
+}
+
+/// A count: an integer, or a string with a k/M suffix as the flags take it ("2M").
+fn count<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Count {
+        Number(i64),
+        Text(String),
+    }
+    let text = match Count::deserialize(d)? {
+        Count::Number(n) => n.to_string(),
+        Count::Text(t) => t,
+    };
+    crate::cli::parse_count(&text).map(Some).map_err(custom)
+}
+
+fn socket_addr<'de, D: Deserializer<'de>>(d: D) -> Result<Option<std::net::SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    s.parse()
+        .map(Some)
+        .map_err(|_| custom(format!("'{s}' is not ADDR:PORT, e.g. 127.0.0.1:3000")))
+}
+
+fn series_retention<'de, D: Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    let rows = Vec::<u32>::deserialize(d)?;
+    if rows.len() != 4 {
+        return Err(custom(
+            "give four row counts, for 1 s, 1 min, 1 h and 1 day, e.g. [3600, 10080, 8760, 1826]",
+        ));
+    }
+    Ok(Some(
+        rows.iter()
+            .map(|r| r.to_string())
+            .collect::<Vec<_>>()
+            .join(","),
+    ))
+}
+
+fn thresholds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    for line in &v {
+        sonde_analytics::Thresholds::parse(std::slice::from_ref(line)).map_err(custom)?;
+    }
+    Ok(Some(v))
+}
+
+/// `export = ["ipfix://127.0.0.1:4739", "netflow9://…"]`, each checked as `--export` checks it.
+fn export_targets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    for s in &v {
+        sonde_probe::ExportTarget::parse(s).map_err(custom)?;
+    }
+    Ok(Some(v))
+}
+
+/// Reads and checks a config file. The error names the file, the line and the key.
+pub fn load(path: &Path) -> Result<File> {
+    let text = std::fs::read_to_string(path)
+        .with_context(|| format!("--config: cannot read '{}'", path.display()))?;
+    parse(&text).map_err(|e| anyhow!("{}{e}", path.display()))
+}
+
+/// Parses the text of a config file; an error starts with " line N, key K: ".
+pub fn parse(text: &str) -> Result<File, String> {
+    let de = toml::Deserializer::parse(text).map_err(|e| locate(text, &e, ""))?;
+    serde_path_to_error::deserialize(de).map_err(|e| {
+        let key = e.path().to_string();
+        locate(text, e.inner(), if key == "." { "" } else { &key })
+    })
+}
+
+/// " line N, key K: MESSAGE" from a toml error (its span says where).
+fn locate(text: &str, e: &toml::de::Error, key: &str) -> String {
+    let mut out = String::new();
+    if let Some(span) = e.span() {
+        let line = text[..span.start.min(text.len())].matches('\n').count() + 1;
+        out.push_str(&format!(" line {line}"));
+    }
+    if !key.is_empty() {
+        out.push_str(&format!(", key {key}"));
+    }
+    let mut msg = e.message().trim().replace('\n', " ");
+    // serde names Rust types; say what to write instead.
+    for (rust, plain) in [
+        ("expected usize", "expected a whole number"),
+        ("expected u64", "expected a whole number"),
+        ("expected u32", "expected a whole number"),
+        ("expected i64", "expected a whole number"),
+        ("expected f64", "expected a number"),
+    ] {
+        msg = msg.replace(rust, plain);
+    }
+    format!("{out}: {msg}")
+}
+
+/// Lays the file under the flags: what the command line did not say comes from the file.
+/// Relative paths in the file are taken from the file's directory.
+pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
+    let given = |id: &str| m.value_source(id) == Some(ValueSource::CommandLine);
+    let path = |p: PathBuf| -> PathBuf {
+        if p.as_os_str() == "-" || p.is_absolute() {
+            p
+        } else {
+            base.join(p)
+        }
+    };
+    macro_rules! set {
+        ($field:ident, $value:expr) => {
+            if !given(stringify!($field)) {
+                if let Some(v) = $value {
+                    cli.$field = v;
+                }
+            }
+        };
+    }
+    macro_rules! set_opt {
+        ($field:ident, $value:expr) => {
+            if !given(stringify!($field)) {
+                if let Some(v) = $value {
+                    cli.$field = Some(v);
+                }
+            }
+        };
+    }
+    macro_rules! add {
+        ($field:ident, $value:expr) => {
+            if let Some(v) = $value {
+                let mut v: Vec<_> = v.into_iter().collect();
+                v.append(&mut cli.$field);
+                cli.$field = v;
+            }
+        };
+    }
+
+    let i = file.input;
+    // An input on the command line replaces the file's.
+    let flag_input = ["read", "interface", "synthetic", "collect"]
+        .iter()
+        .any(|id| given(id));
+    if !flag_input {
+        cli.read = i.read.map(path);
+        cli.interface = i.interface;
+        cli.synthetic = i.synthetic;
+        cli.collect = i.collect.unwrap_or_default();
+    }
+    set_opt!(filter, i.filter);
+    set!(replay, i.replay);
+    set!(threads, i.threads);
+    set_opt!(duration, i.duration);
+
+    let f = file.flows;
+    set!(idle_timeout, f.idle_timeout);
+    set!(active_timeout, f.active_timeout);
+    set!(max_flows, f.max_flows);
+    set!(max_hosts, f.max_hosts);
+    set!(table_full, f.table_full);
+
+    set!(dpi, file.dpi.mode);
+    add!(
+        dpi_services,
+        file.dpi.services.map(|v| v.into_iter().map(path))
+    );
+
+    let o = file.output;
+    set_opt!(flows_out, o.flows.map(path));
+    set!(flows_format, o.flows_format);
+    set_opt!(hosts_out, o.hosts.map(path));
+    set_opt!(stats_json, o.stats_json.map(path));
+    set_opt!(stats_interval, o.stats_interval);
+    set!(quiet, o.quiet);
+    add!(export, o.export);
+    add!(zmq_export, o.zmq_export);
+
+    let h = file.http;
+    set_opt!(http, h.listen);
+    set_opt!(users, h.users.map(path));
+    set!(no_auth, h.no_auth);
+    set_opt!(https_cert, h.https_cert.map(path));
+    set_opt!(https_key, h.https_key.map(path));
+
+    let h = file.history;
+    set_opt!(data_dir, h.data_dir.map(path));
+    set!(history_max_age, h.max_age_days);
+    set!(history_max_size, h.max_size_gib);
+    set_opt!(series_retention, h.series_retention);
+
+    let a = file.analytics;
+    set!(
+        analytics,
+        a.enabled.map(|on| if on { OnOff::On } else { OnOff::Off })
+    );
+    set!(top_interval, a.top_interval);
+    set!(top_n, a.top_n);
+    set_opt!(alerts_out, a.alerts_out.map(path));
+    add!(threshold, a.thresholds);
+    add!(filter_set, Some(a.filter_set.into_iter().map(|t| t.spec)));
+}
+
+/// `sonde config example`: every section, with the defaults, commented.
+pub const EXAMPLE: &str = include_str!("../sonde.example.toml");
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_example_parses() {
+        parse(EXAMPLE).unwrap();
+    }
+
+    #[test]
+    fn an_unknown_key_names_its_line_and_key() {
+        let e = parse("[flows]\nidle_timeout = 30\nmax_flow = 5\n").unwrap_err();
+        assert!(e.starts_with(" line 3, key flows"), "{e}");
+        assert!(e.contains("max_flow"), "{e}");
+        let e = parse("[flow]\n").unwrap_err();
+        assert!(e.starts_with(" line 1"), "{e}");
+        assert!(e.contains("flow"), "{e}");
+    }
+
+    #[test]
+    fn a_bad_value_names_its_line_key_and_the_flag_parser_message() {
+        let e = parse("\n[flows]\nmax_flows = \"2X\"\n").unwrap_err();
+        assert!(e.starts_with(" line 3, key flows.max_flows"), "{e}");
+        assert!(e.contains("not a positive count"), "{e}");
+        let e = parse("[analytics]\nthresholds = [\"ddos.nope=3\"]\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key analytics.thresholds"), "{e}");
+        let e =
+            parse("[[analytics.filter_set]]\nname = \"web\"\nmatch = [\"http: tcp prot 80\"]\n")
+                .unwrap_err();
+        assert!(e.contains("web") && e.contains("http"), "{e}");
+        let e = parse("[input]\nreplay = \"slow\"\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key input.replay"), "{e}");
+        let e = parse("[flows\n").unwrap_err();
+        assert!(e.starts_with(" line 1"), "{e}");
+    }
+
+    #[test]
+    fn counts_take_numbers_and_suffixes() {
+        let f = parse("[flows]\nmax_flows = 500000\nmax_hosts = \"2k\"\n").unwrap();
+        assert_eq!(f.flows.max_flows, Some(500_000));
+        assert_eq!(f.flows.max_hosts, Some(2_000));
+    }
+}
