@@ -230,3 +230,49 @@ def test_a_missing_file_names_it(sonde, workdir):
     p = sonde("--config", workdir / "nope.toml", timeout=30)
     assert p.returncode != 0
     assert p.stderr.startswith("sonde: error: --config: cannot read") and "nope.toml" in p.stderr
+
+
+def test_sink_queue_options_are_declared_and_reported(sonde, corpus, workdir):
+    """A network sink's queue: blocks by default on a file input, drops when told to, and
+    the summary says which, with records taken + dropped at the queue = records offered."""
+    import socket
+
+    rx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    rx.bind(("127.0.0.1", 0))
+    port = rx.getsockname()[1]
+    stats = workdir / "s.json"
+    p = sonde("-r", corpus / CAPTURE,
+              "--export", f"ipfix://127.0.0.1:{port}?queue=8",
+              "--export", f"netflow9://127.0.0.1:{port}?when_full=drop_newest&queue=4",
+              "--stats-json", stats, "-q", timeout=60)
+    rx.close()
+    assert p.returncode == 0, p.stderr
+    d = json.loads(stats.read_text())
+    ipfix, nf9 = d["sinks"]
+    assert ipfix["when_full"] == "block" and nf9["when_full"] == "drop_newest"
+    flows = d["flows"]["created"]
+    for s in (ipfix, nf9):
+        assert s["offered"] == flows
+        assert s["records"] + s["queue_dropped"] == s["offered"]
+    assert ipfix["queue_dropped"] == 0
+    assert ipfix["name"] == f"ipfix://127.0.0.1:{port}"
+
+
+@pytest.mark.parametrize("url,what", [
+    ("ipfix://127.0.0.1:9?when_full=maybe", "when_full=maybe"),
+    ("ipfix://127.0.0.1:9?queue=0", "queue=0"),
+    ("ipfix://127.0.0.1:9?colour=red", "colour"),
+])
+def test_a_bad_sink_queue_option_is_one_error(url, what, sonde, corpus):
+    p = sonde("-r", corpus / CAPTURE, "--export", url, "-q", timeout=30)
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sonde: error: --export"), p.stderr
+    assert what in lines[0], p.stderr
+
+
+def test_sonde_sinks_lists_every_kind(sonde):
+    p = sonde("sinks", timeout=30)
+    assert p.returncode == 0, p.stderr
+    for kind in ("flows-file", "history", "netflow5", "netflow9", "ipfix", "ipfix+tcp", "zmq"):
+        assert f"\n{kind} " in "\n" + p.stdout, kind

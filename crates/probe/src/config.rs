@@ -39,9 +39,9 @@ pub struct ProbeConfig {
     pub hosts_out: Option<PathBuf>,
     /// Built-in application detection (`None`: off).
     pub dpi: Option<DpiConfig>,
-    /// More flow sinks (exporters, publishers), each built when the probe starts so a bad
-    /// destination is reported before any packet is read.
-    pub extra_sinks: Vec<SinkFactory>,
+    /// More flow sinks (history, exporters, publishers), each built when the probe starts so
+    /// a bad destination is reported before any packet is read.
+    pub extra_sinks: Vec<SinkPlan>,
     /// Time series of the interface, applications and hosts, written to this data directory.
     pub series: Option<(PathBuf, sonde_history::series::Config)>,
     /// At the end of the input, keep the flows and hosts in memory (readers can still look at
@@ -54,6 +54,15 @@ pub struct ProbeConfig {
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
 pub type SinkFactory =
     std::sync::Arc<dyn Fn() -> Result<Box<dyn crate::sinks::RecordSink>, String> + Send + Sync>;
+
+/// A flow sink to start: its kind (a name in [`crate::sinks::SINKS`]), its queue and how to
+/// build it.
+#[derive(Clone)]
+pub struct SinkPlan {
+    pub kind: &'static str,
+    pub queue: crate::sinks::QueueOptions,
+    pub make: SinkFactory,
+}
 
 impl ProbeConfig {
     pub fn new(input: Input) -> ProbeConfig {

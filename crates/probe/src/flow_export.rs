@@ -48,6 +48,18 @@ impl ExportTarget {
     }
 }
 
+impl ExportTarget {
+    /// Its kind's name in [`crate::sinks::SINKS`].
+    pub fn kind(&self) -> &'static str {
+        match (self.format, self.transport) {
+            (ExportFormat::NetflowV5, _) => "netflow5",
+            (ExportFormat::NetflowV9, _) => "netflow9",
+            (_, Transport::Udp) => "ipfix",
+            (_, Transport::Tcp) => "ipfix+tcp",
+        }
+    }
+}
+
 enum Conn {
     Udp(UdpSocket),
     Tcp(Option<TcpStream>),

@@ -16,12 +16,13 @@ mod report;
 mod run;
 mod series_sink;
 mod shard;
+pub mod sink_queue;
 pub mod sinks;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
 pub use collect::CollectSource;
-pub use config::{Input, ProbeConfig, Replay, SinkFactory};
+pub use config::{Input, ProbeConfig, Replay, SinkFactory, SinkPlan};
 pub use flow_export::{ExportTarget, FlowExportSink};
 pub use history_sink::HistorySink;
 pub use host_cache::HostCacheReport;

@@ -171,6 +171,9 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "records": r.records,
             "messages": r.messages,
             "dropped": r.dropped,
+            "offered": r.offered,
+            "queue_dropped": r.queue_dropped,
+            "when_full": r.when_full.name(),
         })).collect::<Vec<_>>(),
         "series": s.series.as_ref().map(|r| serde_json::json!({
             "dir": r.dir.display().to_string(),

@@ -3,7 +3,8 @@
 use crate::collect::{self, CollectSource, CollectedBatch, CollectorCounters, Dispatcher};
 use crate::config::{Input, ProbeConfig, Replay};
 use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
-use crate::sinks::{FileSink, RecordSink, SinkReport};
+use crate::sink_queue::{Batch, QueuedSink};
+use crate::sinks::{FileSink, QueueOptions, SinkReport, WhenFull};
 use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
@@ -482,44 +483,39 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     let error = Arc::new(Mutex::new(None));
     let progress = Arc::new(AtomicU64::new(0));
 
-    // Sinks first: a bad output path is reported before reading anything.
-    let mut sinks: Vec<Box<dyn RecordSink>> = Vec::new();
+    // Sinks first: a bad output path is reported before reading anything. Each runs behind
+    // its own queue; the dispatcher offers every batch to each.
+    let mut sinks: Vec<QueuedSink> = Vec::new();
+    let queue_error =
+        |e: std::io::Error| ProbeError::Config(format!("cannot start a sink thread: {e}"));
     if let Some((path, format)) = &cfg.flows_out {
         let name = format!("flows file '{}'", path.display());
-        sinks.push(Box::new(FileSink::new(name, open_output(path)?, *format)));
+        let file = Box::new(FileSink::new(name, open_output(path)?, *format));
+        sinks.push(
+            QueuedSink::start(file, QueueOptions::new(WhenFull::Block)).map_err(queue_error)?,
+        );
     }
-    for make in &cfg.extra_sinks {
-        sinks.push(make().map_err(ProbeError::Config)?);
+    for plan in &cfg.extra_sinks {
+        let sink = (plan.make)().map_err(ProbeError::Config)?;
+        sinks.push(QueuedSink::start(sink, plan.queue).map_err(queue_error)?);
     }
     let (sink_tx, sink) = if sinks.is_empty() {
         (None, None)
     } else {
         let (tx, rx) = bounded::<Vec<FlowRecord>>(64);
         let h = std::thread::Builder::new()
-            .name("sink".into())
-            .spawn(
-                move || -> Result<Vec<SinkReport>, (String, std::io::Error)> {
-                    loop {
-                        match rx.recv_timeout(std::time::Duration::from_secs(1)) {
-                            Ok(batch) => {
-                                for s in sinks.iter_mut() {
-                                    s.write(&batch).map_err(|e| (s.name(), e))?;
-                                }
-                            }
-                            Err(crossbeam_channel::RecvTimeoutError::Timeout) => {
-                                for s in sinks.iter_mut() {
-                                    s.idle().map_err(|e| (s.name(), e))?;
-                                }
-                            }
-                            Err(crossbeam_channel::RecvTimeoutError::Disconnected) => break,
-                        }
+            .name("sink-dispatch".into())
+            .spawn(move || -> SinkResult {
+                for batch in rx.iter() {
+                    let batch: Batch = Arc::new(batch);
+                    for s in sinks.iter_mut() {
+                        s.offer(&batch);
                     }
-                    sinks
-                        .iter_mut()
-                        .map(|s| s.finish().map_err(|e| (s.name(), e)))
-                        .collect()
-                },
-            )
+                }
+                // Every sink finishes (writes what it holds) even when one failed.
+                let done: Vec<_> = sinks.into_iter().map(QueuedSink::finish).collect();
+                done.into_iter().collect()
+            })
             .map_err(|e| ProbeError::Config(format!("cannot start the sink thread: {e}")))?;
         (Some(tx), Some(h))
     };

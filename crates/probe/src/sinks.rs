@@ -1,8 +1,10 @@
-//! Where expired flow records go. One sink thread takes the shards' record batches and hands
-//! each batch to every configured [`RecordSink`] in turn: a file (JSON lines or CSV), flow
-//! exporters (NetFlow/IPFIX), publishers. A sink that cannot keep up slows the sink thread,
-//! whose bounded channel then makes shards wait (a file must lose nothing); network sinks drop
-//! and count instead of blocking, so they never stall the others.
+//! Where expired flow records go. One dispatch thread takes the shards' record batches and
+//! offers each batch to every configured [`RecordSink`]: a file (JSON lines or CSV), the flow
+//! history, flow exporters (NetFlow/IPFIX), publishers. Each sink runs on its own thread behind
+//! a bounded queue ([`crate::sink_queue`]) with a declared behaviour when that queue is full:
+//! `block` (the dispatcher, then the shards, wait: a file must lose nothing) or `drop_newest`
+//! (the batch is dropped and counted: a slow collector never stalls the probe). [`SINKS`] lists
+//! every kind with its default.
 
 use sonde_export::{FlowWriter, Format};
 use sonde_flow::FlowRecord;
@@ -26,12 +28,167 @@ pub trait RecordSink: Send {
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct SinkReport {
     pub name: String,
-    /// Records delivered (written, or sent as part of a message).
+    /// Records the sink took (written, or encoded into messages).
     pub records: u64,
     /// Messages sent (datagrams, ZMQ messages); 0 for files.
     pub messages: u64,
-    /// Records dropped because the destination could not take them.
+    /// What the destination could not take, in the sink's unit: messages for network sinks.
     pub dropped: u64,
+    /// Records offered to the sink's queue: `records + queue_dropped`.
+    pub offered: u64,
+    /// Records dropped because the sink's queue was full (`drop_newest`) or the sink had failed.
+    pub queue_dropped: u64,
+    /// The queue's behaviour when full.
+    pub when_full: WhenFull,
+}
+
+/// What a sink's queue does when the sink is behind and the queue is full.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum WhenFull {
+    /// Wait: the dispatcher, then the shards, slow down; nothing is lost.
+    #[default]
+    Block,
+    /// Drop the batch that does not fit, and count its records.
+    DropNewest,
+}
+
+impl WhenFull {
+    pub fn name(self) -> &'static str {
+        match self {
+            WhenFull::Block => "block",
+            WhenFull::DropNewest => "drop_newest",
+        }
+    }
+}
+
+/// A sink's queue: its behaviour when full, and its length in batches.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct QueueOptions {
+    pub when_full: WhenFull,
+    pub batches: usize,
+}
+
+/// Batches a sink's queue holds unless told otherwise.
+pub const DEFAULT_QUEUE_BATCHES: usize = 64;
+
+impl QueueOptions {
+    pub fn new(when_full: WhenFull) -> QueueOptions {
+        QueueOptions {
+            when_full,
+            batches: DEFAULT_QUEUE_BATCHES,
+        }
+    }
+
+    /// Splits the queue options off a sink's URL: `ipfix://HOST:PORT?when_full=block&queue=256`
+    /// gives `ipfix://HOST:PORT` and the options (the kind's default for what is not said).
+    pub fn split(text: &str, default: WhenFull) -> Result<(String, QueueOptions), String> {
+        let mut options = QueueOptions::new(default);
+        let Some((base, query)) = text.split_once('?') else {
+            return Ok((text.to_string(), options));
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
+            match k {
+                "when_full" => {
+                    options.when_full = match v {
+                        "block" => WhenFull::Block,
+                        "drop_newest" => WhenFull::DropNewest,
+                        _ => {
+                            return Err(format!(
+                                "'{text}': when_full={v}: use block or drop_newest"
+                            ))
+                        }
+                    }
+                }
+                "queue" => {
+                    options.batches = v
+                        .parse::<usize>()
+                        .ok()
+                        .filter(|n| (1..=65_536).contains(n))
+                        .ok_or_else(|| {
+                            format!("'{text}': queue={v}: give a number of batches, 1 to 65536")
+                        })?
+                }
+                _ => {
+                    return Err(format!(
+                        "'{text}': unknown option '{k}' (the options are when_full and queue)"
+                    ))
+                }
+            }
+        }
+        Ok((base.to_string(), options))
+    }
+}
+
+/// One kind of flow sink, as `sonde sinks` lists it.
+pub struct SinkKind {
+    pub name: &'static str,
+    /// How it is asked for.
+    pub usage: &'static str,
+    /// Its queue's behaviour when full on a live input, unless the URL says otherwise (on a
+    /// file every sink blocks by default: nothing is gained by losing a file's records).
+    pub when_full: WhenFull,
+    /// Whether `?when_full=…&queue=…` may change it (a file and the history lose nothing).
+    pub options: bool,
+    pub what: &'static str,
+}
+
+/// Every kind of flow sink (the way `sonde_dpi::proto::DETECTORS` lists detectors).
+pub const SINKS: &[SinkKind] = &[
+    SinkKind {
+        name: "flows-file",
+        usage: "--flows-out FILE [--flows-format json|csv]",
+        when_full: WhenFull::Block,
+        options: false,
+        what: "expired flows as JSON lines (nProbe keys) or CSV, '-' for standard output",
+    },
+    SinkKind {
+        name: "history",
+        usage: "--data-dir DIR",
+        when_full: WhenFull::Block,
+        options: false,
+        what: "every expired flow in the on-disk history ('sonde query flows')",
+    },
+    SinkKind {
+        name: "netflow5",
+        usage: "--export netflow5://HOST:PORT[?when_full=…&queue=N]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "NetFlow v5 over UDP (IPv4 flows only)",
+    },
+    SinkKind {
+        name: "netflow9",
+        usage: "--export netflow9://HOST:PORT[?…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "NetFlow v9 over UDP",
+    },
+    SinkKind {
+        name: "ipfix",
+        usage: "--export ipfix://HOST:PORT[?…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "IPFIX over UDP",
+    },
+    SinkKind {
+        name: "ipfix+tcp",
+        usage: "--export ipfix+tcp://HOST:PORT[?…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "IPFIX over TCP, reconnected when the collector comes back",
+    },
+    SinkKind {
+        name: "zmq",
+        usage: "--zmq-export tcp://HOST:PORT[?…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "JSON flows pushed over ZMQ to another sonde's --collect zmq+tcp://…",
+    },
+];
+
+/// The registry entry of a kind.
+pub fn kind(name: &str) -> Option<&'static SinkKind> {
+    SINKS.iter().find(|k| k.name == name)
 }
 
 /// Flow records as text lines into a file or standard output.

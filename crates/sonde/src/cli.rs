@@ -34,11 +34,13 @@ pub struct Cli {
     #[arg(long, value_name = "SOURCE")]
     pub collect: Vec<String>,
     /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,
-    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times.
+    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times. Each has
+    /// its own queue, which drops (and counts) when the collector is behind; add
+    /// '?when_full=block' to wait instead, '&queue=N' for its length in batches ('sonde sinks').
     #[arg(long, value_name = "TARGET")]
     pub export: Vec<String>,
     /// Push expired flows as JSON to a collector over ZMQ (tcp://HOST:PORT of another sonde's
-    /// --collect zmq+tcp://…).
+    /// --collect zmq+tcp://…); queue options as for --export.
     #[arg(long, value_name = "ENDPOINT")]
     pub zmq_export: Vec<String>,
     /// Capture filter in tcpdump syntax, e.g. 'tcp port 443'.

@@ -82,10 +82,10 @@ pub struct OutputSection {
     #[serde(default, deserialize_with = "seconds_or_zero")]
     pub stats_interval: Option<f64>,
     pub quiet: Option<bool>,
-    /// Flow export to collectors (`--export`).
+    /// Flow export to collectors (`--export`): URLs, or tables with `to` and queue options.
     #[serde(default, deserialize_with = "export_targets")]
     pub export: Option<Vec<String>>,
-    #[serde(default)]
+    #[serde(default, deserialize_with = "zmq_endpoints")]
     pub zmq_export: Option<Vec<String>>,
 }
 
@@ -254,13 +254,68 @@ fn thresholds<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D:
     Ok(Some(v))
 }
 
-/// `export = ["ipfix://127.0.0.1:4739", "netflow9://…"]`, each checked as `--export` checks it.
-fn export_targets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    let v = Vec::<String>::deserialize(d)?;
-    for s in &v {
-        sonde_probe::ExportTarget::parse(s).map_err(custom)?;
+/// A network sink: its URL, or a table with the URL and its queue options:
+/// `{ to = "ipfix://127.0.0.1:4739", when_full = "block", queue = 256 }`. Either way it
+/// becomes the URL the flag takes (`ipfix://…?when_full=block&queue=256`).
+fn sink_urls<'de, D: Deserializer<'de>>(
+    d: D,
+    check: fn(&str) -> Result<(), String>,
+) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Entry {
+        Url(String),
+        Table(SinkTable),
     }
-    Ok(Some(v))
+    #[derive(Deserialize)]
+    #[serde(deny_unknown_fields)]
+    struct SinkTable {
+        to: String,
+        when_full: Option<String>,
+        queue: Option<u64>,
+    }
+    let mut out = Vec::new();
+    for e in Vec::<Entry>::deserialize(d)? {
+        let url = match e {
+            Entry::Url(u) => u,
+            Entry::Table(t) => {
+                let mut opts = Vec::new();
+                if let Some(w) = t.when_full {
+                    opts.push(format!("when_full={w}"));
+                }
+                if let Some(q) = t.queue {
+                    opts.push(format!("queue={q}"));
+                }
+                if opts.is_empty() {
+                    t.to
+                } else {
+                    format!("{}?{}", t.to, opts.join("&"))
+                }
+            }
+        };
+        let (base, _) =
+            sonde_probe::sinks::QueueOptions::split(&url, sonde_probe::sinks::WhenFull::DropNewest)
+                .map_err(custom)?;
+        check(&base).map_err(custom)?;
+        out.push(url);
+    }
+    Ok(Some(out))
+}
+
+/// `export = ["ipfix://127.0.0.1:4739", { to = "netflow9://…", when_full = "block" }]`.
+fn export_targets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    sink_urls(d, |u| sonde_probe::ExportTarget::parse(u).map(|_| ()))
+}
+
+/// `zmq_export = ["tcp://127.0.0.1:5556", { to = "tcp://…", queue = 16 }]`.
+fn zmq_endpoints<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    sink_urls(d, |u| {
+        if u.starts_with("tcp://") {
+            Ok(())
+        } else {
+            Err(format!("'{u}': expected tcp://HOST:PORT of a collector"))
+        }
+    })
 }
 
 /// Reads and checks a config file. The error names the file, the line and the key.

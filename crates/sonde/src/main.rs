@@ -11,10 +11,10 @@ use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, S
 use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
-use sonde_probe::sinks::RecordSink;
+use sonde_probe::sinks::{QueueOptions, RecordSink, WhenFull};
 use sonde_probe::{
     format_count, stats_line, summary_json, CollectSource, ExportTarget, FlowExportSink,
-    HistorySink, Input, ProbeConfig, Replay, ZmqSink,
+    HistorySink, Input, ProbeConfig, Replay, SinkPlan, ZmqSink,
 };
 use std::io::{IsTerminal, Write};
 use std::process::ExitCode;
@@ -95,6 +95,40 @@ fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings
     }))
 }
 
+/// A network sink's URL without its queue options (`?when_full=block&queue=256`), and the
+/// options. Unless told otherwise a network sink drops rather than stall a live probe, and
+/// waits when the input is a file (nothing is gained by losing records of a file).
+fn sink_queue_options(text: &str, flag: &str, live: bool) -> Result<(String, QueueOptions)> {
+    let default = if live {
+        WhenFull::DropNewest
+    } else {
+        WhenFull::Block
+    };
+    QueueOptions::split(text, default).map_err(|e| anyhow::anyhow!("{flag} {e}"))
+}
+
+/// `sonde sinks`: every kind of flow sink, how to ask for it and what its queue does when full.
+fn print_sinks() {
+    println!("{:<11} {:<12} {:<9} how", "sink", "when full", "options");
+    for k in sonde_probe::sinks::SINKS {
+        println!(
+            "{:<11} {:<12} {:<9} {}\n{:<34} {}",
+            k.name,
+            k.when_full.name(),
+            if k.options { "yes" } else { "no" },
+            k.usage,
+            "",
+            k.what
+        );
+    }
+    println!(
+        "\nQueue options go after the URL: ?when_full=block|drop_newest&queue=BATCHES (default {}).\n\
+         'when full' is the default on live inputs (-i, --collect); on a file or synthetic input\n\
+         every sink blocks unless its URL says otherwise.",
+        sonde_probe::sinks::DEFAULT_QUEUE_BATCHES
+    );
+}
+
 /// `sonde --threshold help`: the keys, their meaning and defaults.
 fn print_threshold_keys() {
     println!("--threshold [NETWORK:]KEY=VALUE (VALUE: a number with k/M/G, or off)\n");
@@ -141,6 +175,10 @@ fn main() -> ExitCode {
     // `sonde query …` reads a data directory, `sonde user …` edits the users file, `sonde
     // config …` checks or prints a config file; everything else runs the probe.
     let sub = std::env::args_os().nth(1);
+    if sub.as_ref().is_some_and(|a| a == "sinks") {
+        print_sinks();
+        return ExitCode::SUCCESS;
+    }
     if sub
         .as_ref()
         .is_some_and(|a| a == "query" || a == "user" || a == "config")
@@ -359,16 +397,26 @@ fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(cli)?;
     for text in &cli.export {
-        let target = ExportTarget::parse(text).map_err(anyhow::Error::msg)?;
-        cfg.extra_sinks.push(std::sync::Arc::new(move || {
-            FlowExportSink::open(target.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
-        }));
+        let (url, queue) = sink_queue_options(text, "--export", is_live)?;
+        let target = ExportTarget::parse(&url).map_err(anyhow::Error::msg)?;
+        let kind = target.kind();
+        cfg.extra_sinks.push(SinkPlan {
+            kind,
+            queue,
+            make: std::sync::Arc::new(move || {
+                FlowExportSink::open(target.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
     }
-    for endpoint in &cli.zmq_export {
-        let endpoint = endpoint.clone();
-        cfg.extra_sinks.push(std::sync::Arc::new(move || {
-            ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
-        }));
+    for text in &cli.zmq_export {
+        let (endpoint, queue) = sink_queue_options(text, "--zmq-export", is_live)?;
+        cfg.extra_sinks.push(SinkPlan {
+            kind: "zmq",
+            queue,
+            make: std::sync::Arc::new(move || {
+                ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
     }
     if let Some(dir) = cli.data_dir.clone() {
         let ok = |x: f64| x >= 0.0 && x.is_finite();
@@ -397,9 +445,13 @@ fn prepare(cli: &Cli) -> Result<Prepared> {
             series.slots = [rows[0], rows[1], rows[2], rows[3]];
         }
         cfg.series = Some((dir.clone(), series));
-        cfg.extra_sinks.push(std::sync::Arc::new(move || {
-            HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
-        }));
+        cfg.extra_sinks.push(SinkPlan {
+            kind: "history",
+            queue: QueueOptions::new(WhenFull::Block),
+            make: std::sync::Arc::new(move || {
+                HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
     }
     cfg.analytics = analytics_settings(cli)?;
     cfg.duration = match cli.duration {

@@ -1,0 +1,323 @@
+//! The test every flow sink passes (Vector's component compliance idea). For each kind in
+//! `sinks::SINKS`, a real sink writing to a real destination on this machine (a file, a
+//! history directory, a UDP or TCP collector socket, a ZMQ PULL socket) behind its queue:
+//! - order kept: what the destination reads back comes in the order it was offered;
+//! - flush at the end: after `finish`, everything the sink took is at the destination;
+//! - counts: records taken + records dropped at the queue = records offered, and what the
+//!   destination reads back = records taken;
+//! - when full: with the sink made slow and a queue of 2 batches, `block` loses nothing and
+//!   `drop_newest` drops whole batches, counts them, and keeps the order of the rest.
+
+use sonde_flow::{EndReason, Flow, FlowKey, FlowRecord};
+use sonde_probe::sink_queue::{Batch, QueuedSink};
+use sonde_probe::sinks::{self, FileSink, QueueOptions, RecordSink, SinkReport, WhenFull};
+use sonde_probe::{ExportTarget, FlowExportSink, HistorySink, ZmqSink};
+use std::io::{self, Read};
+use std::net::{TcpListener, UdpSocket};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// A record numbered `id` (its client port): the destination says which records it got.
+fn record(id: u16) -> FlowRecord {
+    let mut key = FlowKey {
+        ip_version: 4,
+        proto: 6,
+        port_a: id,
+        port_b: 80,
+        ..Default::default()
+    };
+    key.addr_a[..4].copy_from_slice(&[10, 0, 0, 1]);
+    key.addr_b[..4].copy_from_slice(&[10, 0, 0, 9]);
+    let mut flow = Flow {
+        key,
+        client_is_a: true,
+        pkts: [2, 0],
+        bytes: [120, 0],
+        ..Flow::default()
+    };
+    flow.first_ns = 1_700_000_000_000_000_000 + u64::from(id) * 1_000_000;
+    flow.last_ns = flow.first_ns + 1_000_000;
+    FlowRecord {
+        flow,
+        reason: EndReason::IdleTimeout,
+        meta: None,
+        exporter: None,
+    }
+}
+
+fn batches(n: usize, per: usize) -> Vec<Batch> {
+    (0..n)
+        .map(|b| Arc::new((0..per).map(|i| record((1 + b * per + i) as u16)).collect()))
+        .collect()
+}
+
+fn scratch(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sonde-sink-{}-{name}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir_all(&d).unwrap();
+    d
+}
+
+/// A sink made slow: every batch waits before it is written, so its queue fills.
+struct Slow(Box<dyn RecordSink>);
+
+impl RecordSink for Slow {
+    fn name(&self) -> String {
+        self.0.name()
+    }
+    fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()> {
+        std::thread::sleep(Duration::from_millis(15));
+        self.0.write(batch)
+    }
+    fn idle(&mut self) -> io::Result<()> {
+        self.0.idle()
+    }
+    fn finish(&mut self) -> io::Result<sinks::SinkReport> {
+        self.0.finish()
+    }
+}
+
+/// A destination: builds its sink, and after the sink finished reads back the record ids it
+/// got, in order.
+trait Destination {
+    fn sink(&mut self) -> Box<dyn RecordSink>;
+    fn read_back(&mut self) -> Vec<u16>;
+}
+
+struct FlowsFile(PathBuf);
+
+impl Destination for FlowsFile {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        let f = std::fs::File::create(&self.0).unwrap();
+        Box::new(FileSink::new(
+            "flows file".into(),
+            io::BufWriter::new(f),
+            sonde_export::Format::Json,
+        ))
+    }
+    fn read_back(&mut self) -> Vec<u16> {
+        std::fs::read_to_string(&self.0)
+            .unwrap()
+            .lines()
+            .map(|l| {
+                let v: serde_json::Value = serde_json::from_str(l).unwrap();
+                v["L4_SRC_PORT"].as_u64().unwrap() as u16
+            })
+            .collect()
+    }
+}
+
+struct History(PathBuf);
+
+impl Destination for History {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        Box::new(HistorySink::open(&self.0, Default::default()).unwrap())
+    }
+    fn read_back(&mut self) -> Vec<u16> {
+        let reader = sonde_history::store::FlowReader::open(&self.0).unwrap();
+        let mut ids = Vec::new();
+        reader
+            .scan(&Default::default(), |s, _| {
+                ids.push(s.key.port_a);
+                std::ops::ControlFlow::Continue(())
+            })
+            .unwrap();
+        ids
+    }
+}
+
+/// A UDP or TCP collector on 127.0.0.1 decoding with sonde's own collector.
+struct Collector {
+    scheme: &'static str,
+    addr: std::net::SocketAddr,
+    thread: Option<JoinHandle<Vec<u16>>>,
+}
+
+impl Collector {
+    fn start(scheme: &'static str) -> Collector {
+        let (addr, thread) = if scheme == "ipfix+tcp" {
+            let l = TcpListener::bind("127.0.0.1:0").unwrap();
+            let addr = l.local_addr().unwrap();
+            let t = std::thread::spawn(move || {
+                let (mut s, peer) = l.accept().unwrap();
+                let mut stream = sonde_flowproto::decode::IpfixStream::default();
+                let mut all = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                let mut dec = sonde_flowproto::decode::Collector::new(Default::default());
+                loop {
+                    let n = s.read(&mut buf).unwrap();
+                    if n == 0 {
+                        break;
+                    }
+                    stream.push(&buf[..n]).unwrap();
+                    while let Some(m) = stream.next_message().unwrap() {
+                        let mut flows = Vec::new();
+                        dec.decode(peer, m, 0, &mut flows, &mut Vec::new()).unwrap();
+                        all.extend(flows.iter().map(|f| f.sport));
+                    }
+                }
+                all
+            });
+            (addr, t)
+        } else {
+            let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+            let addr = s.local_addr().unwrap();
+            s.set_read_timeout(Some(Duration::from_millis(700)))
+                .unwrap();
+            let t = std::thread::spawn(move || {
+                let mut dec = sonde_flowproto::decode::Collector::new(Default::default());
+                let mut all = Vec::new();
+                let mut buf = vec![0u8; 65536];
+                // Until the sender has been quiet for a while (after its finish).
+                while let Ok((n, peer)) = s.recv_from(&mut buf) {
+                    let mut flows = Vec::new();
+                    dec.decode(peer, &buf[..n], 0, &mut flows, &mut Vec::new())
+                        .unwrap();
+                    all.extend(flows.iter().map(|f| f.sport));
+                }
+                all
+            });
+            (addr, t)
+        };
+        Collector {
+            scheme,
+            addr,
+            thread: Some(thread),
+        }
+    }
+}
+
+impl Destination for Collector {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        let target = ExportTarget::parse(&format!("{}://{}", self.scheme, self.addr)).unwrap();
+        Box::new(FlowExportSink::open(target).unwrap())
+    }
+    fn read_back(&mut self) -> Vec<u16> {
+        self.thread.take().unwrap().join().unwrap()
+    }
+}
+
+struct Zmq {
+    endpoint: String,
+    _ctx: zmq::Context,
+    pull: zmq::Socket,
+}
+
+impl Zmq {
+    fn start() -> Zmq {
+        let ctx = zmq::Context::new();
+        let pull = ctx.socket(zmq::PULL).unwrap();
+        pull.bind("tcp://127.0.0.1:*").unwrap();
+        let endpoint = pull.get_last_endpoint().unwrap().unwrap();
+        pull.set_rcvtimeo(700).unwrap();
+        Zmq {
+            endpoint,
+            _ctx: ctx,
+            pull,
+        }
+    }
+}
+
+impl Destination for Zmq {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        Box::new(ZmqSink::connect(&self.endpoint).unwrap())
+    }
+    fn read_back(&mut self) -> Vec<u16> {
+        let mut ids = Vec::new();
+        while let Ok(msg) = self.pull.recv_bytes(0) {
+            let v: serde_json::Value = serde_json::from_slice(&msg).unwrap();
+            for f in v.as_array().unwrap() {
+                ids.push(f["L4_SRC_PORT"].as_u64().unwrap() as u16);
+            }
+        }
+        ids
+    }
+}
+
+/// Every registered kind, with a destination made for the run.
+fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
+    match kind {
+        "flows-file" => Box::new(FlowsFile(scratch(run).join("flows.jsonl"))),
+        "history" => Box::new(History(scratch(run))),
+        "netflow5" | "netflow9" | "ipfix" | "ipfix+tcp" => {
+            Box::new(Collector::start(sinks::kind(kind).unwrap().name))
+        }
+        "zmq" => Box::new(Zmq::start()),
+        other => panic!("sink kind '{other}' has no destination in the compliance test: add one"),
+    }
+}
+
+fn run(sink: Box<dyn RecordSink>, q: QueueOptions, b: &[Batch]) -> SinkReport {
+    let mut queued = QueuedSink::start(sink, q).unwrap();
+    for batch in b {
+        queued.offer(batch);
+    }
+    queued.finish().unwrap()
+}
+
+fn check(kind: &str, report: &SinkReport, got: &[u16], offered: u64) {
+    assert_eq!(report.offered, offered, "{kind}: offered");
+    assert_eq!(
+        report.records + report.queue_dropped,
+        report.offered,
+        "{kind}: taken + dropped at the queue = offered"
+    );
+    assert_eq!(report.dropped, 0, "{kind}: the destination took everything");
+    assert_eq!(
+        got.len() as u64,
+        report.records,
+        "{kind}: read back = taken"
+    );
+    assert!(
+        got.windows(2).all(|w| w[0] < w[1]),
+        "{kind}: order kept (ids read back strictly increase)"
+    );
+}
+
+#[test]
+fn every_sink_keeps_order_flushes_and_counts() {
+    let input = batches(10, 100);
+    for k in sinks::SINKS {
+        let mut dest = destination(k.name, &format!("plain-{}", k.name));
+        let sink = dest.sink();
+        let report = run(sink, QueueOptions::new(k.when_full), &input);
+        let got = dest.read_back();
+        check(k.name, &report, &got, 1000);
+        // Nothing is slow here: even a dropping queue keeps up with 10 batches.
+        assert_eq!(got.len(), 1000, "{}: every record delivered", k.name);
+        assert_eq!(report.when_full, k.when_full);
+    }
+}
+
+#[test]
+fn a_full_queue_blocks_or_drops_as_declared() {
+    let input = batches(30, 20);
+    for k in sinks::SINKS {
+        for when_full in [WhenFull::Block, WhenFull::DropNewest] {
+            let run_name = format!("full-{}-{}", k.name, when_full.name());
+            let mut dest = destination(k.name, &run_name);
+            let sink = Box::new(Slow(dest.sink()));
+            let q = QueueOptions {
+                when_full,
+                batches: 2,
+            };
+            let report = run(sink, q, &input);
+            let got = dest.read_back();
+            check(&run_name, &report, &got, 600);
+            match when_full {
+                WhenFull::Block => {
+                    assert_eq!(report.queue_dropped, 0, "{run_name}");
+                    assert_eq!(got.len(), 600, "{run_name}");
+                }
+                WhenFull::DropNewest => {
+                    // 30 batches offered at once to a queue of 2 in front of a sink taking
+                    // 15 ms a batch: most are dropped, whole.
+                    assert!(report.queue_dropped >= 300, "{run_name}: {report:?}");
+                    assert_eq!(report.queue_dropped % 20, 0, "{run_name}: whole batches");
+                }
+            }
+        }
+    }
+}
