@@ -7,41 +7,10 @@ use serde_json::{Map, Value};
 use sonde_flowproto::CollectedFlow;
 use std::net::IpAddr;
 
-/// Keys read into the record's fields (everything else is kept as extra text). Keys the
-/// producer derives from these (times in seconds, TCP flags per side, …) are not repeated.
-const KNOWN: &[&str] = &[
-    "IPV4_SRC_ADDR",
-    "IPV4_DST_ADDR",
-    "IPV6_SRC_ADDR",
-    "IPV6_DST_ADDR",
-    "L4_SRC_PORT",
-    "L4_DST_PORT",
-    "PROTOCOL",
-    "IP_PROTOCOL_VERSION",
-    "VLAN_ID",
-    "IN_PKTS",
-    "IN_BYTES",
-    "OUT_PKTS",
-    "OUT_BYTES",
-    "FIRST_SWITCHED",
-    "LAST_SWITCHED",
-    "FLOW_START_MILLISECONDS",
-    "FLOW_END_MILLISECONDS",
-    "TCP_FLAGS",
-    "CLIENT_TCP_FLAGS",
-    "SERVER_TCP_FLAGS",
-    "SRC_TOS",
-    "IN_SRC_MAC",
-    "IN_DST_MAC",
-    "INPUT_SNMP",
-    "OUTPUT_SNMP",
-    "SAMPLING_INTERVAL",
-    "L7_PROTO",
-    "L7_PROTO_NAME",
-    "L7_CATEGORY",
-    "L7_CONFIDENCE",
-    "FLOW_END_REASON",
-];
+/// Keys read into the record's fields (everything else is kept as extra text): the schema's
+/// fields marked `ingest`. Keys the producer derives from these (times in seconds, TCP flags
+/// per side, …) are read too, but not needed.
+const KNOWN: &[&str] = &crate::schema::ingest_keys();
 
 /// Why a JSON object is not a flow.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -9,6 +9,7 @@
 //! `OUT_*` server→client. Bytes are IP bytes (header included), as in NetFlow.
 
 pub mod ingest;
+pub mod schema;
 
 use sonde_flow::{Flow, FlowRecord, Host};
 use std::fmt::Write as _;
@@ -21,79 +22,8 @@ pub enum Format {
     Csv,
 }
 
-/// Column order for CSV (and key order for JSON).
-pub const FLOW_COLUMNS: &[&str] = &[
-    "IPV4_SRC_ADDR",
-    "IPV4_DST_ADDR",
-    "IPV6_SRC_ADDR",
-    "IPV6_DST_ADDR",
-    "L4_SRC_PORT",
-    "L4_DST_PORT",
-    "PROTOCOL",
-    "IP_PROTOCOL_VERSION",
-    "VLAN_ID",
-    "IN_PKTS",
-    "IN_BYTES",
-    "OUT_PKTS",
-    "OUT_BYTES",
-    "FIRST_SWITCHED",
-    "LAST_SWITCHED",
-    "FLOW_START_MILLISECONDS",
-    "FLOW_END_MILLISECONDS",
-    "TCP_FLAGS",
-    "CLIENT_TCP_FLAGS",
-    "SERVER_TCP_FLAGS",
-    "RETRANSMITTED_IN_PKTS",
-    "RETRANSMITTED_OUT_PKTS",
-    "OOORDER_IN_PKTS",
-    "OOORDER_OUT_PKTS",
-    "CLIENT_NW_LATENCY_MS",
-    "SERVER_NW_LATENCY_MS",
-    "SRC_TOS",
-    "ICMP_TYPE",
-    "IN_SRC_MAC",
-    "IN_DST_MAC",
-    "TUNNEL",
-    "FRAGMENTS",
-    "FLOW_END_REASON",
-    "EXPORTER_IPV4_ADDRESS",
-    "EXPORTER_IPV6_ADDRESS",
-    "INPUT_SNMP",
-    "OUTPUT_SNMP",
-    "SAMPLING_INTERVAL",
-    "L7_PROTO",
-    "L7_PROTO_NAME",
-    "L7_CATEGORY",
-    "L7_CONFIDENCE",
-    "SERVER_NAME",
-    "HTTP_METHOD",
-    "HTTP_URL",
-    "HTTP_HOST",
-    "HTTP_USER_AGENT",
-    "HTTP_MIME",
-    "HTTP_RET_CODE",
-    "TLS_SERVER_NAME",
-    "TLS_VERSION",
-    "TLS_SERVER_VERSION",
-    "TLS_CIPHER",
-    "TLS_ALPN",
-    "JA3C_HASH",
-    "JA4C_HASH",
-    "JA3S_HASH",
-    "TLS_CERT_NAMES",
-    "QUIC_VERSION",
-    "DNS_QUERY",
-    "DNS_QUERY_TYPE",
-    "DNS_RET_CODE",
-    "DNS_ANSWERS",
-    "DHCP_CLIENT_NAME",
-    "DHCP_VENDOR_CLASS",
-    "SSH_CLIENT_BANNER",
-    "SSH_SERVER_BANNER",
-    "SSH_HASSH_CLIENT",
-    "SSH_HASSH_SERVER",
-    "L7_BANNER",
-];
+/// Column order for CSV (and key order for JSON): the keys of [`schema::FIELDS`].
+pub const FLOW_COLUMNS: &[&str] = &schema::keys();
 
 pub fn format_addr(out: &mut String, addr: &[u8; 16], ip_version: u8) {
     if ip_version == 4 {
@@ -601,6 +531,90 @@ mod tests {
             ..Default::default()
         }));
         r
+    }
+
+    /// A record with every kind of metadata, collected from an exporter.
+    fn everything() -> FlowRecord {
+        use sonde_dpi::meta::{Dhcp, Dns, Http, Ssh, Tls};
+        let mut r = record();
+        r.flow.dpi_done = true;
+        r.flow.sampling = 1;
+        r.exporter = Some(("10.1.1.1:2055".parse().unwrap(), 0));
+        let t = |s: &str| Some(s.to_string());
+        r.meta = Some(Box::new(sonde_dpi::Meta {
+            server_name: t("a"),
+            http: Some(Box::new(Http {
+                method: t("GET"),
+                url: t("/"),
+                host: t("h"),
+                user_agent: t("u"),
+                content_type: t("text/html"),
+                status: 200,
+            })),
+            tls: Some(Box::new(Tls {
+                client_version: 0x303,
+                server_version: 0x304,
+                sni: t("s"),
+                alpn: t("h2"),
+                ja3: t("j"),
+                ja4: t("j4"),
+                ja3s: t("js"),
+                cert_names: t("c"),
+                cipher: 0x1301,
+            })),
+            quic_version: Some(1),
+            dns: Some(Box::new(Dns {
+                query: t("q"),
+                qtype: 1,
+                rcode: Some(0),
+                answers: vec!["1.2.3.4".into()],
+                ..Default::default()
+            })),
+            dhcp: Some(Box::new(Dhcp {
+                hostname: t("n"),
+                vendor_class: t("v"),
+                ..Default::default()
+            })),
+            ssh: Some(Box::new(Ssh {
+                client_banner: t("c"),
+                server_banner: t("s"),
+                hassh_client: t("hc"),
+                hassh_server: t("hs"),
+            })),
+            banner: t("b"),
+            ..Default::default()
+        }));
+        r
+    }
+
+    #[test]
+    fn the_writer_writes_exactly_the_schema_keys() {
+        let mut v6 = record();
+        v6.flow.key.ip_version = 6;
+        v6.flow.key.addr_a = [0x20; 16];
+        let mut v6_exported = everything();
+        v6_exported.exporter = Some(("[2001:db8::1]:2055".parse().unwrap(), 0));
+        let mut seen: Vec<String> = Vec::new();
+        for r in [record(), v6, everything(), v6_exported] {
+            flow_fields(&r, |name, value, _| {
+                if value.is_some() && !seen.iter().any(|s| s == name) {
+                    seen.push(name.to_string());
+                }
+            });
+        }
+        for name in &seen {
+            assert!(
+                schema::field(name).is_some(),
+                "{name} is written but not in the schema"
+            );
+        }
+        for f in schema::FIELDS {
+            assert!(
+                seen.iter().any(|s| s == f.key),
+                "{} is in the schema but never written",
+                f.key
+            );
+        }
     }
 
     #[test]

@@ -868,6 +868,8 @@ impl Engine {
                 self.remove(slot as u32, EndReason::IdleTimeout);
             } else if cfg.active_timeout_ns > 0
                 && now.saturating_sub(f.record_start_ns) >= cfg.active_timeout_ns
+                // Nothing since its last record: no empty record; it ends when idle.
+                && f.pkts != [0, 0]
             {
                 // Emit what the flow did so far and keep tracking it with fresh counters.
                 self.expired.push(FlowRecord {

@@ -388,6 +388,23 @@ fn ipfix_fields(v6: bool, biflow: bool) -> Vec<Ie> {
     v
 }
 
+/// The (element id, enterprise number) of every element sonde's IPFIX templates carry (IPv4
+/// and IPv6, biflow and uniflow), for checks against the flow record's schema.
+pub fn ipfix_elements() -> Vec<(u16, u32)> {
+    let mut out: Vec<(u16, u32)> = Vec::new();
+    for v6 in [false, true] {
+        for biflow in [false, true] {
+            for ie in ipfix_fields(v6, biflow) {
+                let (id, _, pen) = ie_spec(ie, true);
+                if !out.contains(&(id, pen)) {
+                    out.push((id, pen));
+                }
+            }
+        }
+    }
+    out
+}
+
 /// `name` cut to at most [`MAX_APP_NAME`] bytes at a char boundary.
 fn app_name(name: &str) -> &str {
     if name.len() <= MAX_APP_NAME {

@@ -11,6 +11,9 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// The most flow records in one batch to the sinks.
+const SINK_BATCH: usize = 8192;
+
 /// Work between two housekeeping points of a shard loop (stats publish, record drain, requests).
 pub(crate) const HOUSEKEEPING_PACKETS: u64 = 4096;
 
@@ -209,10 +212,21 @@ impl ShardCtx {
         }
         self.engine.take_expired(&mut self.records);
         match &self.sink {
-            // Blocks when the sink is behind: a flow file must lose nothing.
+            // Blocks when the sink is behind: a flow file must lose nothing. Sent in batches
+            // of at most SINK_BATCH records, so that the sinks' queues (counted in batches)
+            // hold a bounded number of records when a tick expires a whole table.
             Some(tx) => {
-                let batch = std::mem::take(&mut self.records);
-                if tx.send(batch).is_err() {
+                let sent = if self.records.len() <= SINK_BATCH {
+                    tx.send(std::mem::take(&mut self.records)).is_ok()
+                } else {
+                    let ok = self
+                        .records
+                        .chunks(SINK_BATCH)
+                        .all(|c| tx.send(c.to_vec()).is_ok());
+                    self.records.clear();
+                    ok
+                };
+                if !sent {
                     self.sink = None;
                 }
             }

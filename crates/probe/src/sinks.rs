@@ -69,7 +69,7 @@ pub struct QueueOptions {
 }
 
 /// Batches a sink's queue holds unless told otherwise.
-pub const DEFAULT_QUEUE_BATCHES: usize = 64;
+pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 
 impl QueueOptions {
     pub fn new(when_full: WhenFull) -> QueueOptions {

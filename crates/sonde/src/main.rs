@@ -179,6 +179,11 @@ fn main() -> ExitCode {
         print_sinks();
         return ExitCode::SUCCESS;
     }
+    if sub.as_ref().is_some_and(|a| a == "schema") {
+        // The flow record's fields: JSON key, kind, unit, group, IPFIX element, history.
+        print!("{}", sonde_export::schema::markdown());
+        return ExitCode::SUCCESS;
+    }
     if sub
         .as_ref()
         .is_some_and(|a| a == "query" || a == "user" || a == "config")

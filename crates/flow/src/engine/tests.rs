@@ -117,6 +117,39 @@ fn active_timeout_splits_records_without_losing_packets() {
 }
 
 #[test]
+fn a_flow_silent_since_its_active_timeout_record_gets_no_empty_records() {
+    let cfg = EngineConfig {
+        active_timeout_ns: 10 * S,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg);
+    // Flow 1 sends for 15 s then goes quiet; flow 2 keeps time moving for 60 s more.
+    let mut frames: Vec<_> = (0..15).map(|i| (i * S, frame(1, 2, 1, 2, 0))).collect();
+    frames.extend((15..75).map(|i| (i * S, frame(3, 4, 3, 4, 0))));
+    run(&mut e, &frames);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    let mine: Vec<_> = out
+        .iter()
+        .filter(|r| r.flow.key.port_a == 1 || r.flow.key.port_b == 1)
+        .collect();
+    assert_eq!(
+        mine.iter()
+            .map(|r| r.flow.pkts[0] + r.flow.pkts[1])
+            .sum::<u64>(),
+        15
+    );
+    // Its records: the active-timeout one(s) with packets, then one end record; none of the
+    // active-timeout records is empty (before, one came every 10 s of silence).
+    assert!(mine
+        .iter()
+        .filter(|r| r.reason == EndReason::ActiveTimeout)
+        .all(|r| r.flow.pkts != [0, 0]));
+    assert!(mine.len() <= 3, "{}", mine.len());
+}
+
+#[test]
 fn full_table_drop_policy_counts_drops() {
     let cfg = EngineConfig {
         max_flows: 40,

@@ -1,0 +1,283 @@
+//! The flow record's schema as data: every field of a flow record once, with its nProbe/ntopng
+//! JSON key, its unit, the metadata it belongs to, its IPFIX element and where the history
+//! keeps it. The JSON/CSV column order ([`crate::FLOW_COLUMNS`]) and the keys the JSON ingest
+//! reads are generated from this table; the IPFIX templates, the JSON writer and the history
+//! codec's tags are checked against it in tests. `sonde schema` prints it.
+
+/// What kind of value a field holds.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Kind {
+    Address,
+    Port,
+    Count,
+    /// A time: seconds or milliseconds since the Unix epoch (see the unit).
+    Time,
+    /// A duration or latency.
+    Duration,
+    /// A bit set (TCP flags).
+    Flags,
+    /// A small number with a fixed meaning (protocol, version, VLAN, type).
+    Code,
+    Mac,
+    /// A name from a fixed list (end reason, tunnel, category, confidence).
+    Name,
+    /// Text from the wire (attacker data: escaped by every writer).
+    WireText,
+}
+
+impl Kind {
+    pub fn name(self) -> &'static str {
+        match self {
+            Kind::Address => "address",
+            Kind::Port => "port",
+            Kind::Count => "count",
+            Kind::Time => "time",
+            Kind::Duration => "duration",
+            Kind::Flags => "flags",
+            Kind::Code => "code",
+            Kind::Mac => "mac",
+            Kind::Name => "name",
+            Kind::WireText => "wire text",
+        }
+    }
+}
+
+/// Where the flow history keeps a field.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Stored {
+    /// In the record's fixed part.
+    Fixed,
+    /// A tagged metadata string (`sonde_history::codec::tag`).
+    Tag(u8),
+    /// A number in the header of a metadata section (the section's tag).
+    Section(u8),
+    /// Not kept (derived from other fields when read back).
+    Derived,
+}
+
+/// An IPFIX information element: (element id, enterprise number; 29305 = RFC 5103 reverse).
+pub type Element = (u16, u32);
+
+pub struct Field {
+    /// The nProbe/ntopng JSON key (and CSV column).
+    pub key: &'static str,
+    pub kind: Kind,
+    pub unit: &'static str,
+    /// The group it belongs to: `flow`, `collector` (collected flows only), `l7` (the label),
+    /// or the protocol whose metadata it is.
+    pub group: &'static str,
+    /// The IPFIX element sonde's exporter writes it as, if it does.
+    pub ipfix: Option<Element>,
+    pub stored: Stored,
+    /// Read back by the JSON ingest (one sonde collecting another's `--zmq-export`).
+    pub ingest: bool,
+    pub what: &'static str,
+}
+
+const REV: u32 = 29305;
+
+#[allow(clippy::too_many_arguments)] // one row of the table, in its column order
+const fn f(
+    key: &'static str,
+    kind: Kind,
+    unit: &'static str,
+    group: &'static str,
+    ipfix: Option<Element>,
+    stored: Stored,
+    ingest: bool,
+    what: &'static str,
+) -> Field {
+    Field {
+        key,
+        kind,
+        unit,
+        group,
+        ipfix,
+        stored,
+        ingest,
+        what,
+    }
+}
+
+use Kind::*;
+use Stored::*;
+
+/// Every field, in the JSON key and CSV column order.
+#[rustfmt::skip]
+pub const FIELDS: &[Field] = &[
+    f("IPV4_SRC_ADDR", Address, "", "flow", Some((8, 0)), Fixed, true, "client address (IPv4 flows)"),
+    f("IPV4_DST_ADDR", Address, "", "flow", Some((12, 0)), Fixed, true, "server address (IPv4 flows)"),
+    f("IPV6_SRC_ADDR", Address, "", "flow", Some((27, 0)), Fixed, true, "client address (IPv6 flows)"),
+    f("IPV6_DST_ADDR", Address, "", "flow", Some((28, 0)), Fixed, true, "server address (IPv6 flows)"),
+    f("L4_SRC_PORT", Port, "", "flow", Some((7, 0)), Fixed, true, "client port"),
+    f("L4_DST_PORT", Port, "", "flow", Some((11, 0)), Fixed, true, "server port"),
+    f("PROTOCOL", Code, "", "flow", Some((4, 0)), Fixed, true, "IP protocol number"),
+    f("IP_PROTOCOL_VERSION", Code, "", "flow", Some((60, 0)), Fixed, true, "4 or 6"),
+    f("VLAN_ID", Code, "", "flow", Some((58, 0)), Fixed, true, "outer VLAN id (0: none)"),
+    f("IN_PKTS", Count, "packets", "flow", Some((2, 0)), Fixed, true, "client to server packets"),
+    f("IN_BYTES", Count, "bytes", "flow", Some((1, 0)), Fixed, true, "client to server IP bytes"),
+    f("OUT_PKTS", Count, "packets", "flow", Some((2, REV)), Fixed, true, "server to client packets"),
+    f("OUT_BYTES", Count, "bytes", "flow", Some((1, REV)), Fixed, true, "server to client IP bytes"),
+    f("FIRST_SWITCHED", Time, "s", "flow", None, Derived, true, "first packet, seconds since the epoch"),
+    f("LAST_SWITCHED", Time, "s", "flow", None, Derived, true, "last packet, seconds since the epoch"),
+    f("FLOW_START_MILLISECONDS", Time, "ms", "flow", Some((152, 0)), Fixed, true, "first packet, milliseconds since the epoch"),
+    f("FLOW_END_MILLISECONDS", Time, "ms", "flow", Some((153, 0)), Fixed, true, "last packet, milliseconds since the epoch"),
+    f("TCP_FLAGS", Flags, "", "flow", None, Derived, true, "TCP flags of both directions, OR-ed"),
+    f("CLIENT_TCP_FLAGS", Flags, "", "flow", Some((6, 0)), Fixed, true, "TCP flags the client sent"),
+    f("SERVER_TCP_FLAGS", Flags, "", "flow", Some((6, REV)), Fixed, true, "TCP flags the server sent"),
+    f("RETRANSMITTED_IN_PKTS", Count, "packets", "flow", None, Fixed, false, "client to server TCP retransmissions"),
+    f("RETRANSMITTED_OUT_PKTS", Count, "packets", "flow", None, Fixed, false, "server to client TCP retransmissions"),
+    f("OOORDER_IN_PKTS", Count, "packets", "flow", None, Fixed, false, "client to server TCP packets out of order"),
+    f("OOORDER_OUT_PKTS", Count, "packets", "flow", None, Fixed, false, "server to client TCP packets out of order"),
+    f("CLIENT_NW_LATENCY_MS", Duration, "ms", "flow", None, Fixed, false, "client side of the TCP handshake's round trip"),
+    f("SERVER_NW_LATENCY_MS", Duration, "ms", "flow", None, Fixed, false, "server side of the TCP handshake's round trip"),
+    f("SRC_TOS", Code, "", "flow", Some((5, 0)), Fixed, true, "IP type of service of the first packet"),
+    f("ICMP_TYPE", Code, "", "flow", Some((32, 0)), Fixed, false, "ICMP type * 256 + code (IPFIX 139 for ICMPv6)"),
+    f("IN_SRC_MAC", Mac, "", "flow", Some((56, 0)), Fixed, true, "client MAC address"),
+    f("IN_DST_MAC", Mac, "", "flow", Some((80, 0)), Fixed, true, "server MAC address"),
+    f("TUNNEL", Name, "", "flow", None, Fixed, false, "tunnel the flow was carried in (gtp, gre, vxlan, …)"),
+    f("FRAGMENTS", Count, "packets", "flow", None, Fixed, false, "IP fragments"),
+    f("FLOW_END_REASON", Name, "", "flow", Some((136, 0)), Fixed, true, "why the flow was exported"),
+    f("EXPORTER_IPV4_ADDRESS", Address, "", "collector", None, Fixed, false, "exporter of a collected flow (IPv4)"),
+    f("EXPORTER_IPV6_ADDRESS", Address, "", "collector", None, Fixed, false, "exporter of a collected flow (IPv6)"),
+    f("INPUT_SNMP", Code, "", "collector", None, Fixed, true, "input interface index (NetFlow v9 element 10; not in IPFIX export)"),
+    f("OUTPUT_SNMP", Code, "", "collector", None, Fixed, true, "output interface index (NetFlow v9 element 14; not in IPFIX export)"),
+    f("SAMPLING_INTERVAL", Count, "", "collector", None, Fixed, true, "1 in N sampling the counters were scaled by"),
+    f("L7_PROTO", Code, "", "l7", Some((95, 0)), Fixed, true, "application as nDPI numbers (protocol.service)"),
+    f("L7_PROTO_NAME", Name, "", "l7", Some((96, 0)), Derived, true, "application name (TLS.Google, …)"),
+    f("L7_CATEGORY", Name, "", "l7", None, Fixed, true, "application category"),
+    f("L7_CONFIDENCE", Name, "", "l7", None, Fixed, true, "how the label was found (dpi, port, dns cache, …)"),
+    f("SERVER_NAME", WireText, "", "l7", None, Tag(1), false, "server name learnt by any protocol"),
+    f("HTTP_METHOD", WireText, "", "http", None, Tag(11), false, "HTTP request method"),
+    f("HTTP_URL", WireText, "", "http", None, Tag(12), false, "HTTP request URL"),
+    f("HTTP_HOST", WireText, "", "http", None, Tag(13), false, "HTTP Host header"),
+    f("HTTP_USER_AGENT", WireText, "", "http", None, Tag(14), false, "HTTP User-Agent header"),
+    f("HTTP_MIME", WireText, "", "http", None, Tag(15), false, "HTTP response Content-Type"),
+    f("HTTP_RET_CODE", Code, "", "http", None, Section(10), false, "HTTP response status"),
+    f("TLS_SERVER_NAME", WireText, "", "tls", None, Tag(21), false, "TLS SNI"),
+    f("TLS_VERSION", Code, "", "tls", None, Section(20), false, "TLS version the client offered"),
+    f("TLS_SERVER_VERSION", Code, "", "tls", None, Section(20), false, "TLS version the server chose"),
+    f("TLS_CIPHER", Code, "", "tls", None, Section(20), false, "TLS cipher suite the server chose"),
+    f("TLS_ALPN", WireText, "", "tls", None, Tag(22), false, "TLS ALPN protocols offered"),
+    f("JA3C_HASH", WireText, "", "tls", None, Tag(23), false, "client JA3 fingerprint"),
+    f("JA4C_HASH", WireText, "", "tls", None, Tag(24), false, "client JA4 fingerprint"),
+    f("JA3S_HASH", WireText, "", "tls", None, Tag(25), false, "server JA3S fingerprint"),
+    f("TLS_CERT_NAMES", WireText, "", "tls", None, Tag(26), false, "names in the server certificate"),
+    f("QUIC_VERSION", Code, "", "quic", None, Tag(3), false, "QUIC version"),
+    f("DNS_QUERY", WireText, "", "dns", None, Tag(31), false, "DNS query name"),
+    f("DNS_QUERY_TYPE", Code, "", "dns", None, Section(30), false, "DNS query type"),
+    f("DNS_RET_CODE", Code, "", "dns", None, Section(30), false, "DNS response code"),
+    f("DNS_ANSWERS", WireText, "", "dns", None, Tag(32), false, "DNS answer addresses and names"),
+    f("DHCP_CLIENT_NAME", WireText, "", "dhcp", None, Tag(41), false, "DHCP client host name"),
+    f("DHCP_VENDOR_CLASS", WireText, "", "dhcp", None, Tag(42), false, "DHCP vendor class"),
+    f("SSH_CLIENT_BANNER", WireText, "", "ssh", None, Tag(51), false, "SSH client banner"),
+    f("SSH_SERVER_BANNER", WireText, "", "ssh", None, Tag(52), false, "SSH server banner"),
+    f("SSH_HASSH_CLIENT", WireText, "", "ssh", None, Tag(53), false, "client HASSH fingerprint"),
+    f("SSH_HASSH_SERVER", WireText, "", "ssh", None, Tag(54), false, "server HASSH fingerprint"),
+    f("L7_BANNER", WireText, "", "l7", None, Tag(2), false, "first banner line of a text protocol"),
+];
+
+/// The number of fields.
+pub const COUNT: usize = FIELDS.len();
+
+/// The keys, in order: [`crate::FLOW_COLUMNS`].
+pub const fn keys() -> [&'static str; COUNT] {
+    let mut out = [""; COUNT];
+    let mut i = 0;
+    while i < COUNT {
+        out[i] = FIELDS[i].key;
+        i += 1;
+    }
+    out
+}
+
+const fn ingest_count() -> usize {
+    let mut n = 0;
+    let mut i = 0;
+    while i < COUNT {
+        if FIELDS[i].ingest {
+            n += 1;
+        }
+        i += 1;
+    }
+    n
+}
+
+/// How many keys the JSON ingest reads into a record's fields.
+pub const INGEST_COUNT: usize = ingest_count();
+
+/// The keys the JSON ingest reads into a record's fields (the others are kept as extra text).
+pub const fn ingest_keys() -> [&'static str; INGEST_COUNT] {
+    let mut out = [""; INGEST_COUNT];
+    let (mut i, mut n) = (0, 0);
+    while i < COUNT {
+        if FIELDS[i].ingest {
+            out[n] = FIELDS[i].key;
+            n += 1;
+        }
+        i += 1;
+    }
+    out
+}
+
+/// The field of a key.
+pub fn field(key: &str) -> Option<&'static Field> {
+    FIELDS.iter().find(|f| f.key == key)
+}
+
+/// The table as Markdown (`sonde schema`).
+pub fn markdown() -> String {
+    let mut out = String::from(
+        "| key | kind | unit | group | IPFIX element | history | ingest | meaning |\n\
+         | --- | --- | --- | --- | --- | --- | --- | --- |\n",
+    );
+    for f in FIELDS {
+        let ipfix = match f.ipfix {
+            Some((id, 0)) => id.to_string(),
+            Some((id, pen)) => format!("{pen}/{id}"),
+            None => "-".into(),
+        };
+        let stored = match f.stored {
+            Fixed => "fixed".to_string(),
+            Tag(t) => format!("tag {t}"),
+            Section(t) => format!("section {t}"),
+            Derived => "derived".into(),
+        };
+        out.push_str(&format!(
+            "| {} | {} | {} | {} | {} | {} | {} | {} |\n",
+            f.key,
+            f.kind.name(),
+            f.unit,
+            f.group,
+            ipfix,
+            stored,
+            if f.ingest { "yes" } else { "no" },
+            f.what
+        ));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn keys_are_unique() {
+        for (i, a) in FIELDS.iter().enumerate() {
+            assert!(FIELDS[i + 1..].iter().all(|b| b.key != a.key), "{}", a.key);
+        }
+    }
+
+    #[test]
+    fn the_ipfix_templates_carry_exactly_the_elements_the_schema_names() {
+        let mut want: Vec<Element> = FIELDS.iter().filter_map(|f| f.ipfix).collect();
+        // ICMPv6 rides in ICMP_TYPE's field; the templates use its own element.
+        want.push((139, 0));
+        want.sort_unstable();
+        want.dedup();
+        let mut got = sonde_flowproto::encode::ipfix_elements();
+        got.sort_unstable();
+        assert_eq!(got, want);
+    }
+}
