@@ -130,17 +130,7 @@ pub(super) fn run(b: &mut Bench) {
     } else {
         vec![100, 10_000, 100_000, 1_000_000]
     };
-    let packets = |h: u64| -> u64 {
-        if quick {
-            5_000_000
-        } else if h <= 10_000 {
-            50_000_000
-        } else if h <= 100_000 {
-            30_000_000
-        } else {
-            20_000_000
-        }
-    };
+    let packets = |h: u64| sonde_bench::grid_packets(h, quick);
     let _ = writeln!(
         out,
         "### 11a. The speed grid (64 B) with analytics off, on, and on with 8 filter-set \

@@ -549,6 +549,20 @@ pub fn flow_datagrams(
 }
 
 /// Packets in the records `flow_datagrams` makes (for collectors that report sums).
+/// Packets per run of the speed grid at `hosts` hosts (fewer where each run is slower), so
+/// that the grid and the sections measured against it run the same traffic.
+pub fn grid_packets(hosts: u64, quick: bool) -> u64 {
+    if quick {
+        5_000_000
+    } else if hosts <= 10_000 {
+        50_000_000
+    } else if hosts <= 100_000 {
+        30_000_000
+    } else {
+        20_000_000
+    }
+}
+
 pub fn packets_sent(records: u64) -> u64 {
     (0..records).map(|i| 10 + i % 7).sum()
 }

@@ -17,7 +17,7 @@ mod detect_bench;
 mod history_bench;
 mod series_bench;
 use sonde_bench::{
-    cell, flow_datagrams, fmt_bytes, fmt_count, fmt_mpps, median_by, packets_sent,
+    cell, flow_datagrams, fmt_bytes, fmt_count, fmt_mpps, grid_packets, median_by, packets_sent,
     pmacct_csv_totals, run_measured, short_count, which, Measured, RecordMix, Table,
 };
 use std::collections::BTreeMap;
@@ -389,17 +389,7 @@ fn grid(b: &mut Bench) {
         )
     };
     let quick = b.opts.quick;
-    let packets = |h: u64| -> u64 {
-        if quick {
-            5_000_000
-        } else if h <= 10_000 {
-            50_000_000
-        } else if h <= 100_000 {
-            30_000_000
-        } else {
-            20_000_000
-        }
-    };
+    let packets = |h: u64| grid_packets(h, quick);
     let mut results: BTreeMap<(u64, u64), SondeRun> = BTreeMap::new();
     for &h in &hosts {
         for &size in &sizes {

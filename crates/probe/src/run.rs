@@ -4,7 +4,7 @@ use crate::collect::{self, CollectSource, CollectedBatch, CollectorCounters, Dis
 use crate::config::{Input, ProbeConfig, Replay};
 use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
 use crate::sink_queue::{Batch, QueuedSink};
-use crate::sinks::{FileSink, QueueOptions, SinkReport, WhenFull};
+use crate::sinks::{self, FileSink, SinkReport};
 use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
@@ -486,13 +486,18 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     // Sinks first: a bad output path is reported before reading anything. Each runs behind
     // its own queue; the dispatcher offers every batch to each.
     let mut sinks: Vec<QueuedSink> = Vec::new();
+    let live = matches!(cfg.input, Input::Live(_) | Input::Collect(_));
     let queue_error =
         |e: std::io::Error| ProbeError::Config(format!("cannot start a sink thread: {e}"));
     if let Some((path, format)) = &cfg.flows_out {
         let name = format!("flows file '{}'", path.display());
         let file = Box::new(FileSink::new(name, open_output(path)?, *format));
         sinks.push(
-            QueuedSink::start(file, QueueOptions::new(WhenFull::Block)).map_err(queue_error)?,
+            QueuedSink::start(
+                file,
+                sinks::registered("flows-file").queue(Default::default(), live),
+            )
+            .map_err(queue_error)?,
         );
     }
     for plan in &cfg.extra_sinks {

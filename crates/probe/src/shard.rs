@@ -11,6 +11,15 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
+/// A captured frame as the engine takes it.
+fn packet<'a>(f: &sonde_capture::Frame<'a>) -> PacketRef<'a> {
+    PacketRef {
+        ts_ns: f.ts_ns,
+        wire_len: f.wire_len,
+        data: f.data,
+    }
+}
+
 /// The most flow records in one batch to the sinks.
 const SINK_BATCH: usize = 8192;
 
@@ -470,14 +479,7 @@ pub(crate) fn run_file(
                         continue;
                     }
                 }
-                ctx.engine.push_frame(
-                    link,
-                    PacketRef {
-                        ts_ns: f.ts_ns,
-                        wire_len: f.wire_len,
-                        data: f.data,
-                    },
-                );
+                ctx.engine.push_frame(link, packet(&f));
                 n += 1;
                 if n.is_multiple_of(HOUSEKEEPING_PACKETS) {
                     ctx.engine.flush_batch();
@@ -555,14 +557,7 @@ pub(crate) fn run_live(mut ctx: ShardCtx, mut src: LiveSource) -> ShardOutput {
     while !ctx.stopped() {
         match src.next_frame() {
             Ok(Some(f)) => {
-                ctx.engine.push_frame(
-                    link,
-                    PacketRef {
-                        ts_ns: f.ts_ns,
-                        wire_len: f.wire_len,
-                        data: f.data,
-                    },
-                );
+                ctx.engine.push_frame(link, packet(&f));
                 n += 1;
                 if n.is_multiple_of(HOUSEKEEPING_PACKETS)
                     || last_housekeeping.elapsed() > Duration::from_millis(200)
@@ -593,16 +588,7 @@ pub(crate) fn run_live(mut ctx: ShardCtx, mut src: LiveSource) -> ShardOutput {
         }
     }
     // What arrived before the stop but sits in a block the kernel has not handed over yet.
-    src.drain(|f| {
-        ctx.engine.push_frame(
-            link,
-            PacketRef {
-                ts_ns: f.ts_ns,
-                wire_len: f.wire_len,
-                data: f.data,
-            },
-        )
-    });
+    src.drain(|f| ctx.engine.push_frame(link, packet(&f)));
     let drops = src.drops();
     ctx.finish(drops)
 }

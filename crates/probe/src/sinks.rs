@@ -71,26 +71,27 @@ pub struct QueueOptions {
 /// Batches a sink's queue holds unless told otherwise.
 pub const DEFAULT_QUEUE_BATCHES: usize = 16;
 
-impl QueueOptions {
-    pub fn new(when_full: WhenFull) -> QueueOptions {
-        QueueOptions {
-            when_full,
-            batches: DEFAULT_QUEUE_BATCHES,
-        }
-    }
+/// The queue options a sink's URL asks for (`?when_full=block&queue=256`); what it does not
+/// say comes from the sink's kind ([`SinkKind::queue`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueRequest {
+    pub when_full: Option<WhenFull>,
+    pub batches: Option<usize>,
+}
 
+impl QueueRequest {
     /// Splits the queue options off a sink's URL: `ipfix://HOST:PORT?when_full=block&queue=256`
-    /// gives `ipfix://HOST:PORT` and the options (the kind's default for what is not said).
-    pub fn split(text: &str, default: WhenFull) -> Result<(String, QueueOptions), String> {
-        let mut options = QueueOptions::new(default);
+    /// gives `ipfix://HOST:PORT` and the request.
+    pub fn split(text: &str) -> Result<(String, QueueRequest), String> {
+        let mut req = QueueRequest::default();
         let Some((base, query)) = text.split_once('?') else {
-            return Ok((text.to_string(), options));
+            return Ok((text.to_string(), req));
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
                 "when_full" => {
-                    options.when_full = match v {
+                    req.when_full = Some(match v {
                         "block" => WhenFull::Block,
                         "drop_newest" => WhenFull::DropNewest,
                         _ => {
@@ -98,16 +99,17 @@ impl QueueOptions {
                                 "'{text}': when_full={v}: use block or drop_newest"
                             ))
                         }
-                    }
+                    })
                 }
                 "queue" => {
-                    options.batches = v
-                        .parse::<usize>()
-                        .ok()
-                        .filter(|n| (1..=65_536).contains(n))
-                        .ok_or_else(|| {
-                            format!("'{text}': queue={v}: give a number of batches, 1 to 65536")
-                        })?
+                    req.batches = Some(
+                        v.parse::<usize>()
+                            .ok()
+                            .filter(|n| (1..=65_536).contains(n))
+                            .ok_or_else(|| {
+                                format!("'{text}': queue={v}: give a number of batches, 1 to 65536")
+                            })?,
+                    )
                 }
                 _ => {
                     return Err(format!(
@@ -116,7 +118,7 @@ impl QueueOptions {
                 }
             }
         }
-        Ok((base.to_string(), options))
+        Ok((base.to_string(), req))
     }
 }
 
@@ -189,6 +191,29 @@ pub const SINKS: &[SinkKind] = &[
 /// The registry entry of a kind.
 pub fn kind(name: &str) -> Option<&'static SinkKind> {
     SINKS.iter().find(|k| k.name == name)
+}
+
+impl SinkKind {
+    /// The queue of a sink of this kind: what its URL asked for, else the kind's default on a
+    /// live input, and `block` on a file or synthetic one (nothing is gained by losing a file's
+    /// records).
+    pub fn queue(&self, req: QueueRequest, live: bool) -> QueueOptions {
+        let default = if live {
+            self.when_full
+        } else {
+            WhenFull::Block
+        };
+        QueueOptions {
+            when_full: req.when_full.unwrap_or(default),
+            batches: req.batches.unwrap_or(DEFAULT_QUEUE_BATCHES),
+        }
+    }
+}
+
+/// A kind the code names (`"history"`, a scheme's kind): it is in [`SINKS`], or the code is
+/// wrong (the compliance test walks every entry).
+pub fn registered(name: &str) -> &'static SinkKind {
+    kind(name).unwrap_or_else(|| panic!("sink kind '{name}' is not in SINKS"))
 }
 
 /// Flow records as text lines into a file or standard output.

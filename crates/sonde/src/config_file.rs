@@ -293,9 +293,7 @@ fn sink_urls<'de, D: Deserializer<'de>>(
                 }
             }
         };
-        let (base, _) =
-            sonde_probe::sinks::QueueOptions::split(&url, sonde_probe::sinks::WhenFull::DropNewest)
-                .map_err(custom)?;
+        let (base, _) = sonde_probe::sinks::QueueRequest::split(&url).map_err(custom)?;
         check(&base).map_err(custom)?;
         out.push(url);
     }

@@ -11,7 +11,7 @@ use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, S
 use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy, ShardStats};
-use sonde_probe::sinks::{QueueOptions, RecordSink, WhenFull};
+use sonde_probe::sinks::{self, QueueRequest, RecordSink};
 use sonde_probe::{
     format_count, stats_line, summary_json, CollectSource, ExportTarget, FlowExportSink,
     HistorySink, Input, ProbeConfig, Replay, SinkPlan, ZmqSink,
@@ -95,16 +95,10 @@ fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings
     }))
 }
 
-/// A network sink's URL without its queue options (`?when_full=block&queue=256`), and the
-/// options. Unless told otherwise a network sink drops rather than stall a live probe, and
-/// waits when the input is a file (nothing is gained by losing records of a file).
-fn sink_queue_options(text: &str, flag: &str, live: bool) -> Result<(String, QueueOptions)> {
-    let default = if live {
-        WhenFull::DropNewest
-    } else {
-        WhenFull::Block
-    };
-    QueueOptions::split(text, default).map_err(|e| anyhow::anyhow!("{flag} {e}"))
+/// A network sink's URL without its queue options (`?when_full=block&queue=256`), and what
+/// they ask for.
+fn split_queue_options(text: &str, flag: &str) -> Result<(String, QueueRequest)> {
+    QueueRequest::split(text).map_err(|e| anyhow::anyhow!("{flag} {e}"))
 }
 
 /// `sonde sinks`: every kind of flow sink, how to ask for it and what its queue does when full.
@@ -402,9 +396,10 @@ fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(cli)?;
     for text in &cli.export {
-        let (url, queue) = sink_queue_options(text, "--export", is_live)?;
+        let (url, req) = split_queue_options(text, "--export")?;
         let target = ExportTarget::parse(&url).map_err(anyhow::Error::msg)?;
         let kind = target.kind();
+        let queue = sinks::registered(kind).queue(req, is_live);
         cfg.extra_sinks.push(SinkPlan {
             kind,
             queue,
@@ -414,7 +409,8 @@ fn prepare(cli: &Cli) -> Result<Prepared> {
         });
     }
     for text in &cli.zmq_export {
-        let (endpoint, queue) = sink_queue_options(text, "--zmq-export", is_live)?;
+        let (endpoint, req) = split_queue_options(text, "--zmq-export")?;
+        let queue = sinks::registered("zmq").queue(req, is_live);
         cfg.extra_sinks.push(SinkPlan {
             kind: "zmq",
             queue,
@@ -452,7 +448,7 @@ fn prepare(cli: &Cli) -> Result<Prepared> {
         cfg.series = Some((dir.clone(), series));
         cfg.extra_sinks.push(SinkPlan {
             kind: "history",
-            queue: QueueOptions::new(WhenFull::Block),
+            queue: sinks::registered("history").queue(QueueRequest::default(), is_live),
             make: std::sync::Arc::new(move || {
                 HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
             }),
