@@ -465,6 +465,20 @@ impl Nfcapd {
             );
             std::thread::sleep(Duration::from_millis(50));
         }
+        // Holding the port is not enough: datagrams that come before its "Startup" line can
+        // be lost (seen once in CI: the template datagram, then every record until the next
+        // template refresh).
+        while !n.log().contains("Startup") {
+            if let Some(st) = n.child.try_wait().unwrap() {
+                panic!("nfcapd exited: {st}: {}", n.log());
+            }
+            assert!(
+                t0.elapsed() < Duration::from_secs(10),
+                "nfcapd did not start: {}",
+                n.log()
+            );
+            std::thread::sleep(Duration::from_millis(20));
+        }
         n
     }
 

@@ -55,10 +55,6 @@ impl QueuedSink {
         })
     }
 
-    pub fn name(&self) -> &str {
-        &self.name
-    }
-
     /// Hands a batch to the sink's queue: waits when it is full (`block`), or drops the batch
     /// and counts it (`drop_newest`). A sink that failed takes nothing more; its records are
     /// counted as dropped and its error comes out of [`QueuedSink::finish`].
