@@ -79,6 +79,27 @@ export interface Flow {
   first_seen_ms: number;
   last_seen_ms: number;
   info?: FlowInfo;
+  /**
+   * Every metadata field the flow has, under its key in `/api/v1/schema` (generated from the
+   * server's field table, so new fields arrive without a change here). Attacker data.
+   */
+  meta?: FlowMeta;
+}
+
+/** Metadata values: wire text, numbers (codes, durations), or lists of wire strings. */
+export type FlowMeta = Record<string, string | number | string[]>;
+
+/** One row of `GET /api/v1/schema`. */
+export interface SchemaField {
+  key: string;
+  kind: string;
+  unit: string;
+  group: string;
+  ipfix: { id: number; enterprise: number } | null;
+  stored: 'fixed' | 'meta' | 'derived';
+  tag: number | null;
+  ingest: boolean;
+  what: string;
 }
 
 

@@ -1,6 +1,6 @@
 // The columns of a flow, shared by the flows page, the dashboard and the host page.
 
-import type { Flow, FlowInfo } from './api';
+import type { Flow, FlowInfo, FlowMeta } from './api';
 import { el, link } from './dom';
 import * as fmt from './format';
 import { hostHref, href } from './router';
@@ -25,8 +25,12 @@ const INFO: [keyof FlowInfo, string][] = [
  * What DPI read off the wire (names, URLs): attacker data, so text nodes only. The server name
  * is left out when it repeats the SNI, Host or query it came from.
  */
-export function infoCell(info: FlowInfo | undefined): HTMLElement {
+export function infoCell(info: FlowInfo | undefined, meta?: FlowMeta): HTMLElement {
   const box = el('span', { class: 'info' });
+  // Every metadata field, one "KEY: value" line each, as the cell's tooltip (a text
+  // attribute: the browser never parses it as markup).
+  const lines = Object.entries(meta ?? {}).map(([k, v]) => `${k}: ${Array.isArray(v) ? v.join(', ') : v}`);
+  if (lines.length) box.title = lines.join('\n');
   if (!info) return box;
   const seen = new Set<string>();
   for (const [k, label] of INFO) {
@@ -65,7 +69,7 @@ export function flowColumns(opts: { sortable: boolean }): Column<Flow>[] {
     { label: 'Proto', cell: (f) => fmt.proto(f.protocol) },
     { label: 'VLAN', numeric: true, cell: (f) => f.vlan },
     { label: 'Application', cell: (f) => appCell(f.application) },
-    { label: 'Info', cell: (f) => infoCell(f.info) },
+    { label: 'Info', cell: (f) => infoCell(f.info, f.meta) },
     {
       label: 'Bytes',
       sort: s('bytes'),

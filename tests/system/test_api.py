@@ -32,8 +32,9 @@ from apiclient import error as _error, get as _get, get_json as _json
 
 
 class Served:
-    def __init__(self, proc, base, pcap, packets, stats):
+    def __init__(self, proc, base, pcap, packets, stats, sonde_bin=None):
         self.proc, self.base, self.pcap, self.packets, self.stats = proc, base, pcap, packets, stats
+        self.sonde_bin = sonde_bin
 
     def stop(self):
         """Ctrl-C: sonde ends, writes its summary, and it is returned."""
@@ -74,7 +75,7 @@ def _serve(sonde_bin, pcap, workdir):
         assert time.time() < deadline, "the API never showed the whole file"
         assert proc.poll() is None, proc.stderr.read()
         time.sleep(0.1)
-    return Served(proc, base, pcap, want, stats)
+    return Served(proc, base, pcap, want, stats, sonde_bin)
 
 
 def test_api_answers_equal_tshark_and_the_engine(served):
@@ -136,7 +137,24 @@ def test_api_answers_equal_tshark_and_the_engine(served):
                                  "/api/v1/anomalies", "/api/v1/interval", "/api/v1/filtersets",
                                  "/api/v1/history/intervals",
                                  "/api/v1/history/intervals/top/{list}",
-                                 "/api/v1/history/anomalies"}
+                                 "/api/v1/history/anomalies", "/api/v1/schema"}
+    # /api/v1/schema is the table `sonde schema --json` prints; every flow's 'meta' uses its
+    # metadata keys, and says what 'info' says where both name the same thing.
+    schema = _json(base, "/api/v1/schema")
+    printed = subprocess.run([served.sonde_bin, "schema", "--json"], capture_output=True,
+                             text=True, check=True).stdout
+    assert schema == json.loads(printed)
+    meta_keys = {f["key"] for f in schema if f["stored"] == "meta"}
+    assert {"HTTP_HOST", "TLS_SERVER_NAME", "DNS_ANSWERS"} <= meta_keys
+    same = {"server_name": "SERVER_NAME", "http_host": "HTTP_HOST", "http_url": "HTTP_URL",
+            "user_agent": "HTTP_USER_AGENT", "tls_sni": "TLS_SERVER_NAME",
+            "dns_query": "DNS_QUERY"}
+    with_meta = [f for f in flows["flows"] if f["meta"]]
+    assert with_meta, "the capture's HTTP flows carry metadata"
+    for f in flows["flows"]:
+        assert set(f["meta"]) <= meta_keys, f["meta"]
+        for info_key, meta_key in same.items():
+            assert f["info"].get(info_key) == f["meta"].get(meta_key), (info_key, f)
     # A prefix filter selects the hosts tshark lists in that network.
     net = _json(base, "/api/v1/hosts?net=192.168.1.0/24&limit=1000")["hosts"]
     assert {h["ip"] for h in net} == {ip for ip in eps if ip.startswith("192.168.1.")}

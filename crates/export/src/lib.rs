@@ -11,6 +11,7 @@
 pub mod ingest;
 pub mod schema;
 
+use sonde_dpi::meta::Value;
 use sonde_flow::{Flow, FlowRecord, Host};
 use std::fmt::Write as _;
 use std::io::{self, Write};
@@ -198,81 +199,37 @@ fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
         }
     }
     if f.dpi_done {
-        l7_fields(r, &mut field);
+        let l7 = &f.l7;
+        field("L7_PROTO", Some(&l7.number()), true);
+        field("L7_PROTO_NAME", Some(&l7.name()), true);
+        field("L7_CATEGORY", Some(l7.category.name()), true);
+        field("L7_CONFIDENCE", Some(l7.confidence.name()), true);
+    }
+    if let Some(m) = r.meta.as_deref() {
+        meta_fields(m, &mut field);
     }
 }
 
-/// The application label and what DPI learned. Strings from the wire are passed as they are
-/// (capped, no control characters): the writers escape them.
-fn l7_fields(r: &FlowRecord, field: &mut impl FnMut(&str, Option<&str>, bool)) {
-    let l7 = &r.flow.l7;
-    field("L7_PROTO", Some(&l7.number()), true);
-    field("L7_PROTO_NAME", Some(&l7.name()), true);
-    field("L7_CATEGORY", Some(l7.category.name()), true);
-    field("L7_CONFIDENCE", Some(l7.confidence.name()), true);
-    let Some(m) = r.meta.as_deref() else { return };
-    let mut text = |name: &str, v: &Option<String>| {
-        if let Some(v) = v {
-            field(name, Some(v), true);
-        }
-    };
-    text("SERVER_NAME", &m.server_name);
-    if let Some(h) = &m.http {
-        text("HTTP_METHOD", &h.method);
-        text("HTTP_URL", &h.url);
-        text("HTTP_HOST", &h.host);
-        text("HTTP_USER_AGENT", &h.user_agent);
-        text("HTTP_MIME", &h.content_type);
-    }
-    if let Some(t) = &m.tls {
-        text("TLS_SERVER_NAME", &t.sni);
-        text("TLS_ALPN", &t.alpn);
-        text("JA3C_HASH", &t.ja3);
-        text("JA4C_HASH", &t.ja4);
-        text("JA3S_HASH", &t.ja3s);
-        text("TLS_CERT_NAMES", &t.cert_names);
-    }
-    if let Some(d) = &m.dns {
-        text("DNS_QUERY", &d.query);
-        if !d.answers.is_empty() {
-            text("DNS_ANSWERS", &Some(d.answers.join(",")));
-        }
-    }
-    if let Some(d) = &m.dhcp {
-        text("DHCP_CLIENT_NAME", &d.hostname);
-        text("DHCP_VENDOR_CLASS", &d.vendor_class);
-    }
-    if let Some(s) = &m.ssh {
-        text("SSH_CLIENT_BANNER", &s.client_banner);
-        text("SSH_SERVER_BANNER", &s.server_banner);
-        text("SSH_HASSH_CLIENT", &s.hassh_client);
-        text("SSH_HASSH_SERVER", &s.hassh_server);
-    }
-    text("L7_BANNER", &m.banner);
-    let mut num = |name: &str, n: u64| field(name, Some(&n.to_string()), false);
-    if let Some(h) = &m.http {
-        if h.status != 0 {
-            num("HTTP_RET_CODE", h.status as u64);
-        }
-    }
-    if let Some(t) = &m.tls {
-        for (name, v) in [
-            ("TLS_VERSION", t.client_version),
-            ("TLS_SERVER_VERSION", t.server_version),
-            ("TLS_CIPHER", t.cipher),
-        ] {
-            if v != 0 {
-                num(name, v as u64);
+/// What DPI learned (or a producer sent), every field of [`sonde_dpi::meta::FIELDS`] the
+/// flow has. Strings from the wire are passed as they are (capped, no control characters):
+/// the writers escape them.
+fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&str, Option<&str>, bool)) {
+    let mut joined = String::new();
+    for fld in sonde_dpi::meta::FIELDS {
+        match (fld.get)(m) {
+            None => {}
+            Some(Value::Text(s)) => field(fld.key, Some(s), true),
+            Some(Value::Number(n)) => field(fld.key, Some(&n.to_string()), false),
+            Some(Value::List(items)) => {
+                joined.clear();
+                for (i, item) in items.iter().enumerate() {
+                    if i > 0 {
+                        joined.push(',');
+                    }
+                    joined.push_str(item);
+                }
+                field(fld.key, Some(&joined), true)
             }
-        }
-    }
-    if let Some(v) = m.quic_version {
-        num("QUIC_VERSION", v as u64);
-    }
-    if let Some(d) = &m.dns {
-        num("DNS_QUERY_TYPE", d.qtype as u64);
-        if let Some(rc) = d.rcode {
-            num("DNS_RET_CODE", rc as u64);
         }
     }
 }
@@ -533,57 +490,25 @@ mod tests {
         r
     }
 
-    /// A record with every kind of metadata, collected from an exporter.
+    /// A record with every metadata field set (through the table's setters), collected from
+    /// an exporter.
     fn everything() -> FlowRecord {
-        use sonde_dpi::meta::{Dhcp, Dns, Http, Ssh, Tls};
+        use sonde_dpi::meta::{Kind, FIELDS};
         let mut r = record();
         r.flow.dpi_done = true;
         r.flow.sampling = 1;
         r.exporter = Some(("10.1.1.1:2055".parse().unwrap(), 0));
-        let t = |s: &str| Some(s.to_string());
-        r.meta = Some(Box::new(sonde_dpi::Meta {
-            server_name: t("a"),
-            http: Some(Box::new(Http {
-                method: t("GET"),
-                url: t("/"),
-                host: t("h"),
-                user_agent: t("u"),
-                content_type: t("text/html"),
-                status: 200,
-            })),
-            tls: Some(Box::new(Tls {
-                client_version: 0x303,
-                server_version: 0x304,
-                sni: t("s"),
-                alpn: t("h2"),
-                ja3: t("j"),
-                ja4: t("j4"),
-                ja3s: t("js"),
-                cert_names: t("c"),
-                cipher: 0x1301,
-            })),
-            quic_version: Some(1),
-            dns: Some(Box::new(Dns {
-                query: t("q"),
-                qtype: 1,
-                rcode: Some(0),
-                answers: vec!["1.2.3.4".into()],
-                ..Default::default()
-            })),
-            dhcp: Some(Box::new(Dhcp {
-                hostname: t("n"),
-                vendor_class: t("v"),
-                ..Default::default()
-            })),
-            ssh: Some(Box::new(Ssh {
-                client_banner: t("c"),
-                server_banner: t("s"),
-                hassh_client: t("hc"),
-                hassh_server: t("hs"),
-            })),
-            banner: t("b"),
-            ..Default::default()
-        }));
+        let mut m = sonde_dpi::Meta::default();
+        let answers = ["1.2.3.4".to_string()];
+        for f in FIELDS {
+            let v = match f.kind {
+                Kind::WireText => Value::Text(f.key),
+                Kind::WireList => Value::List(&answers),
+                _ => Value::Number(1),
+            };
+            assert!((f.set)(&mut m, v), "{}", f.key);
+        }
+        r.meta = Some(Box::new(m));
         r
     }
 

@@ -1,8 +1,11 @@
 //! The flow record's schema as data: every field of a flow record once, with its nProbe/ntopng
 //! JSON key, its unit, the metadata it belongs to, its IPFIX element and where the history
-//! keeps it. The JSON/CSV column order ([`crate::FLOW_COLUMNS`]) and the keys the JSON ingest
-//! reads are generated from this table; the IPFIX templates, the JSON writer and the history
-//! codec's tags are checked against it in tests. `sonde schema` prints it.
+//! keeps it. The flow's own fields are listed here; the metadata fields come from
+//! [`sonde_dpi::meta::FIELDS`], whose rows also carry the code that reads and sets them, so
+//! the JSON/CSV writers, the JSON ingest, the history codec and the REST answers walk that
+//! table instead of naming fields. The JSON/CSV column order ([`crate::FLOW_COLUMNS`]) and the
+//! keys the JSON ingest reads are generated from this table; the IPFIX templates and the JSON
+//! writer are checked against it in tests. `sonde schema` prints it, `/api/v1/schema` serves it.
 
 /// What kind of value a field holds.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -47,10 +50,8 @@ impl Kind {
 pub enum Stored {
     /// In the record's fixed part.
     Fixed,
-    /// A tagged metadata string (`sonde_history::codec::tag`).
-    Tag(u8),
-    /// A number in the header of a metadata section (the section's tag).
-    Section(u8),
+    /// In the record's metadata, under this tag (`sonde_dpi::meta::Field::tag`).
+    Meta(u8),
     /// Not kept (derived from other fields when read back).
     Derived,
 }
@@ -58,6 +59,7 @@ pub enum Stored {
 /// An IPFIX information element: (element id, enterprise number; 29305 = RFC 5103 reverse).
 pub type Element = (u16, u32);
 
+#[derive(Clone, Copy)]
 pub struct Field {
     /// The nProbe/ntopng JSON key (and CSV column).
     pub key: &'static str,
@@ -99,12 +101,13 @@ const fn f(
     }
 }
 
+use sonde_dpi::meta;
 use Kind::*;
 use Stored::*;
 
-/// Every field, in the JSON key and CSV column order.
+/// The flow's own fields (the metadata follow, from [`sonde_dpi::meta::FIELDS`]).
 #[rustfmt::skip]
-pub const FIELDS: &[Field] = &[
+const FLOW: &[Field] = &[
     f("IPV4_SRC_ADDR", Address, "", "flow", Some((8, 0)), Fixed, true, "client address (IPv4 flows)"),
     f("IPV4_DST_ADDR", Address, "", "flow", Some((12, 0)), Fixed, true, "server address (IPv4 flows)"),
     f("IPV6_SRC_ADDR", Address, "", "flow", Some((27, 0)), Fixed, true, "client address (IPv6 flows)"),
@@ -147,38 +150,46 @@ pub const FIELDS: &[Field] = &[
     f("L7_PROTO_NAME", Name, "", "l7", Some((96, 0)), Derived, true, "application name (TLS.Google, …)"),
     f("L7_CATEGORY", Name, "", "l7", None, Fixed, true, "application category"),
     f("L7_CONFIDENCE", Name, "", "l7", None, Fixed, true, "how the label was found (dpi, port, dns cache, …)"),
-    f("SERVER_NAME", WireText, "", "l7", None, Tag(1), false, "server name learnt by any protocol"),
-    f("HTTP_METHOD", WireText, "", "http", None, Tag(11), false, "HTTP request method"),
-    f("HTTP_URL", WireText, "", "http", None, Tag(12), false, "HTTP request URL"),
-    f("HTTP_HOST", WireText, "", "http", None, Tag(13), false, "HTTP Host header"),
-    f("HTTP_USER_AGENT", WireText, "", "http", None, Tag(14), false, "HTTP User-Agent header"),
-    f("HTTP_MIME", WireText, "", "http", None, Tag(15), false, "HTTP response Content-Type"),
-    f("HTTP_RET_CODE", Code, "", "http", None, Section(10), false, "HTTP response status"),
-    f("TLS_SERVER_NAME", WireText, "", "tls", None, Tag(21), false, "TLS SNI"),
-    f("TLS_VERSION", Code, "", "tls", None, Section(20), false, "TLS version the client offered"),
-    f("TLS_SERVER_VERSION", Code, "", "tls", None, Section(20), false, "TLS version the server chose"),
-    f("TLS_CIPHER", Code, "", "tls", None, Section(20), false, "TLS cipher suite the server chose"),
-    f("TLS_ALPN", WireText, "", "tls", None, Tag(22), false, "TLS ALPN protocols offered"),
-    f("JA3C_HASH", WireText, "", "tls", None, Tag(23), false, "client JA3 fingerprint"),
-    f("JA4C_HASH", WireText, "", "tls", None, Tag(24), false, "client JA4 fingerprint"),
-    f("JA3S_HASH", WireText, "", "tls", None, Tag(25), false, "server JA3S fingerprint"),
-    f("TLS_CERT_NAMES", WireText, "", "tls", None, Tag(26), false, "names in the server certificate"),
-    f("QUIC_VERSION", Code, "", "quic", None, Tag(3), false, "QUIC version"),
-    f("DNS_QUERY", WireText, "", "dns", None, Tag(31), false, "DNS query name"),
-    f("DNS_QUERY_TYPE", Code, "", "dns", None, Section(30), false, "DNS query type"),
-    f("DNS_RET_CODE", Code, "", "dns", None, Section(30), false, "DNS response code"),
-    f("DNS_ANSWERS", WireText, "", "dns", None, Tag(32), false, "DNS answer addresses and names"),
-    f("DHCP_CLIENT_NAME", WireText, "", "dhcp", None, Tag(41), false, "DHCP client host name"),
-    f("DHCP_VENDOR_CLASS", WireText, "", "dhcp", None, Tag(42), false, "DHCP vendor class"),
-    f("SSH_CLIENT_BANNER", WireText, "", "ssh", None, Tag(51), false, "SSH client banner"),
-    f("SSH_SERVER_BANNER", WireText, "", "ssh", None, Tag(52), false, "SSH server banner"),
-    f("SSH_HASSH_CLIENT", WireText, "", "ssh", None, Tag(53), false, "client HASSH fingerprint"),
-    f("SSH_HASSH_SERVER", WireText, "", "ssh", None, Tag(54), false, "server HASSH fingerprint"),
-    f("L7_BANNER", WireText, "", "l7", None, Tag(2), false, "first banner line of a text protocol"),
 ];
 
 /// The number of fields.
-pub const COUNT: usize = FIELDS.len();
+pub const COUNT: usize = FLOW.len() + META.len();
+
+const META: &[meta::Field] = meta::FIELDS;
+
+/// Every field, in the JSON key and CSV column order: the flow's own, then the metadata.
+pub const FIELDS: &[Field] = &all_fields();
+
+const fn all_fields() -> [Field; COUNT] {
+    let mut out = [FLOW[0]; COUNT];
+    let mut i = 0;
+    while i < FLOW.len() {
+        out[i] = FLOW[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < META.len() {
+        let m = &META[j];
+        let kind = match m.kind {
+            meta::Kind::WireText | meta::Kind::WireList => WireText,
+            meta::Kind::Code | meta::Kind::Flag => Code,
+            meta::Kind::Duration => Duration,
+        };
+        // Read back by the ingest into the record's metadata (`Field::set`).
+        out[i + j] = f(
+            m.key,
+            kind,
+            m.unit,
+            m.group,
+            None,
+            Meta(m.tag),
+            true,
+            m.what,
+        );
+        j += 1;
+    }
+    out
+}
 
 /// The keys, in order: [`crate::FLOW_COLUMNS`].
 pub const fn keys() -> [&'static str; COUNT] {
@@ -194,8 +205,8 @@ pub const fn keys() -> [&'static str; COUNT] {
 const fn ingest_count() -> usize {
     let mut n = 0;
     let mut i = 0;
-    while i < COUNT {
-        if FIELDS[i].ingest {
+    while i < FLOW.len() {
+        if FLOW[i].ingest {
             n += 1;
         }
         i += 1;
@@ -203,16 +214,18 @@ const fn ingest_count() -> usize {
     n
 }
 
-/// How many keys the JSON ingest reads into a record's fields.
+/// How many keys the JSON ingest reads into a record's fixed fields.
 pub const INGEST_COUNT: usize = ingest_count();
 
-/// The keys the JSON ingest reads into a record's fields (the others are kept as extra text).
+/// The keys the JSON ingest reads into a record's fixed fields. The others travel as text to
+/// the flow engine, which reads the metadata keys among them (`sonde_dpi::meta::field`) and
+/// keeps the rest as extra text.
 pub const fn ingest_keys() -> [&'static str; INGEST_COUNT] {
     let mut out = [""; INGEST_COUNT];
     let (mut i, mut n) = (0, 0);
-    while i < COUNT {
-        if FIELDS[i].ingest {
-            out[n] = FIELDS[i].key;
+    while i < FLOW.len() {
+        if FLOW[i].ingest {
+            out[n] = FLOW[i].key;
             n += 1;
         }
         i += 1;
@@ -239,8 +252,7 @@ pub fn markdown() -> String {
         };
         let stored = match f.stored {
             Fixed => "fixed".to_string(),
-            Tag(t) => format!("tag {t}"),
-            Section(t) => format!("section {t}"),
+            Meta(t) => format!("meta tag {t}"),
             Derived => "derived".into(),
         };
         out.push_str(&format!(
@@ -256,6 +268,32 @@ pub fn markdown() -> String {
         ));
     }
     out
+}
+
+/// The table as JSON (`/api/v1/schema`, `sonde schema --json`): one object per field.
+pub fn json() -> serde_json::Value {
+    let rows: Vec<serde_json::Value> = FIELDS
+        .iter()
+        .map(|f| {
+            let (stored, tag) = match f.stored {
+                Fixed => ("fixed", None),
+                Meta(t) => ("meta", Some(t)),
+                Derived => ("derived", None),
+            };
+            serde_json::json!({
+                "key": f.key,
+                "kind": f.kind.name(),
+                "unit": f.unit,
+                "group": f.group,
+                "ipfix": f.ipfix.map(|(id, pen)| serde_json::json!({"id": id, "enterprise": pen})),
+                "stored": stored,
+                "tag": tag,
+                "ingest": f.ingest,
+                "what": f.what,
+            })
+        })
+        .collect();
+    serde_json::Value::Array(rows)
 }
 
 #[cfg(test)]

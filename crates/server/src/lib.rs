@@ -26,6 +26,7 @@ use axum::{Json, Router};
 use serde_json::{json, Value};
 use snapshot::{AddrText, Net};
 use sonde_dpi::dnscache::flow_addr_u128;
+use sonde_dpi::meta::Value as MetaValue;
 use sonde_dpi::Meta;
 use sonde_flow::host::HostKey;
 use sonde_flow::{FlowKey, FlowRow, Host, ShardStats};
@@ -248,6 +249,7 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
         )
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
+        .route("/api/v1/schema", get(schema))
         .route("/metrics", get(metrics))
         .route("/api/{*rest}", any(not_found))
         .fallback(console::serve)
@@ -586,7 +588,32 @@ fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
         "first_seen_ms": f.first_ns / 1_000_000,
         "last_seen_ms": f.last_ns / 1_000_000,
         "info": flow_info(meta),
+        "meta": flow_meta(meta),
     })
+}
+
+/// Every metadata field the flow has, under its schema key (`GET /api/v1/schema`): generated
+/// from `sonde_dpi::meta::FIELDS`, so a new field shows here without a line of this file.
+/// Strings are attacker data, like `info`'s.
+fn flow_meta(meta: Option<&Meta>) -> Value {
+    let mut out = serde_json::Map::new();
+    if let Some(m) = meta {
+        for f in sonde_dpi::meta::FIELDS {
+            let v = match (f.get)(m) {
+                None => continue,
+                Some(MetaValue::Text(s)) => Value::from(s),
+                Some(MetaValue::Number(n)) => Value::from(n),
+                Some(MetaValue::List(l)) => Value::from(l.to_vec()),
+            };
+            out.insert(f.key.into(), v);
+        }
+    }
+    Value::Object(out)
+}
+
+/// `GET /api/v1/schema`: the flow record's fields (`sonde schema` as JSON).
+async fn schema() -> Json<Value> {
+    Json(sonde_export::schema::json())
 }
 
 /// The names DPI read off the wire. Attacker data: passed as JSON strings (capped, control

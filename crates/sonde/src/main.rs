@@ -174,8 +174,16 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if sub.as_ref().is_some_and(|a| a == "schema") {
-        // The flow record's fields: JSON key, kind, unit, group, IPFIX element, history.
-        print!("{}", sonde_export::schema::markdown());
+        // The flow record's fields: JSON key, kind, unit, group, IPFIX element, history;
+        // `--json` as /api/v1/schema answers.
+        match std::env::args().nth(2).as_deref() {
+            None => print!("{}", sonde_export::schema::markdown()),
+            Some("--json") => println!("{:#}", sonde_export::schema::json()),
+            Some(other) => {
+                eprintln!("sonde: error: schema {other}: unknown option; use 'sonde schema' (Markdown) or 'sonde schema --json'");
+                return ExitCode::from(2);
+            }
+        }
         return ExitCode::SUCCESS;
     }
     if sub

@@ -191,8 +191,9 @@ impl Engine {
         self.stats.collected_bytes += d.ip_len as u64 * rate;
     }
 
-    /// Keeps a collected record's uninterpreted fields with its flow (latest value per name,
-    /// at most [`MAX_EXTRA`] names) so the flow's record shows them.
+    /// Keeps a collected record's metadata fields and uninterpreted fields with its flow
+    /// (latest value per name, at most [`MAX_EXTRA`] uninterpreted names) so the flow's record
+    /// shows them.
     fn keep_extra(&mut self, slot: u32, c: &CollectedFlow) {
         let i = slot as usize;
         if self.dpi_meta.len() <= i {
@@ -212,6 +213,13 @@ impl Engine {
             .iter()
             .map(|(k, v)| (wire_string(k.as_bytes()), wire_string(v.as_bytes())));
         for (k, v) in numbered.chain(named) {
+            // A metadata key (a sonde or nProbe producer's HTTP_HOST, say) becomes the field
+            // itself, typed; a value that does not fit it stays text.
+            if let Some(f) = sonde_dpi::meta::field(&k) {
+                if (f.set)(meta, sonde_dpi::meta::Value::Text(&v)) {
+                    continue;
+                }
+            }
             if let Some(e) = meta.extra.iter_mut().find(|(n, _)| *n == k) {
                 e.1 = v;
             } else if meta.extra.len() < MAX_EXTRA {

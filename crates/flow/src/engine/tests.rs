@@ -300,6 +300,56 @@ fn collected_records_merge_into_flows_and_hosts() {
     assert_eq!(sent, 18);
 }
 
+/// A producer's metadata keys (a sonde or nProbe sending JSON) become the record's typed
+/// metadata; values that do not fit their field, and unknown keys, stay text.
+#[test]
+fn collected_metadata_keys_become_metadata_fields() {
+    let mut e = Engine::new(EngineConfig::default());
+    let text = |pairs: &[(&str, &str)]| -> Vec<(String, String)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect()
+    };
+    let rec = sonde_flowproto::CollectedFlow {
+        ip_version: 4,
+        src: v4([10, 0, 0, 1]),
+        dst: v4([10, 0, 0, 2]),
+        sport: 40000,
+        dport: 80,
+        proto: 6,
+        packets: 1,
+        bytes: 100,
+        first_ms: 1_700_000_000_000,
+        last_ms: 1_700_000_000_000,
+        sampling: 1,
+        extra_text: text(&[
+            ("HTTP_HOST", "example.org"),
+            ("HTTP_RET_CODE", "404"),
+            ("DNS_QUERY_TYPE", "not a number"),
+            ("DNS_ANSWERS", "1.2.3.4,a.example"),
+            ("VENDOR_KEY", "kept"),
+        ]),
+        ..Default::default()
+    };
+    e.ingest_flow(&rec, 1_700_000_001 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    let m = out[0].meta.as_deref().expect("metadata");
+    let http = m.http.as_deref().unwrap();
+    assert_eq!(
+        (http.host.as_deref(), http.status),
+        (Some("example.org"), 404)
+    );
+    assert_eq!(m.dns.as_deref().unwrap().answers, ["1.2.3.4", "a.example"]);
+    assert_eq!(m.dns.as_deref().unwrap().qtype, 0);
+    assert_eq!(
+        m.extra,
+        text(&[("DNS_QUERY_TYPE", "not a number"), ("VENDOR_KEY", "kept")])
+    );
+}
+
 #[test]
 fn sflow_samples_count_sampling_times() {
     let mut e = Engine::new(EngineConfig::default());
