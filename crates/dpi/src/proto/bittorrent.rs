@@ -8,18 +8,16 @@
 //!   packet (either direction) carries the same connection id or one off by one (the two
 //!   sides use `id` and `id + 1`), or when the uTP data is a peer handshake.
 //!
-//! `Scratch::state[2]` holds the first uTP packet's connection id (bits 0..=15) and bit 31 set
-//! once one is recorded.
+//! `Scratch::utp_connection_id` holds the first uTP packet's connection id.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 const HANDSHAKE: &[u8] = b"\x13BitTorrent protocol";
 /// BEP 15 connect request: protocol id 0x41727101980, action 0 (connect).
 const TRACKER_CONNECT: &[u8] = &[0, 0, 0x04, 0x17, 0x27, 0x10, 0x19, 0x80, 0, 0, 0, 0];
 const STUN_COOKIE: &[u8] = &[0x21, 0x12, 0xa4, 0x42];
 
-const UTP_SEEN: u32 = 1 << 31;
 /// DHT keys are searched in this many bytes.
 const SCAN: usize = 512;
 /// uTP extensions walked at most.
@@ -73,7 +71,7 @@ fn utp_header(d: &[u8]) -> Option<(u16, usize)> {
     None
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let b0 = match d.first() {
         Some(&b) => b,
@@ -97,7 +95,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     }
 }
 
-fn utp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn utp(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let (conn, data) = match utp_header(d) {
         Some(h) => h,
@@ -108,15 +106,13 @@ fn utp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     {
         return Proto::BITTORRENT.is(true);
     }
-    let prev = f.scratch.state[2];
-    if prev & UTP_SEEN != 0 {
-        let other = prev as u16;
+    if let Some(other) = f.scratch.utp_connection_id {
         if conn == other || conn == other.wrapping_add(1) || other == conn.wrapping_add(1) {
             return Proto::BITTORRENT.is(true);
         }
         return Verdict::No;
     }
-    f.scratch.state[2] = UTP_SEEN | u32::from(conn);
+    f.scratch.utp_connection_id = Some(conn);
     Verdict::Unsure
 }
 
@@ -151,12 +147,12 @@ mod tests {
 
     #[test]
     fn tcp_handshake() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(HS), L4::Tcp, true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(HS)[..19], L4::Tcp, true, 0), &mut f),
             Verdict::No
@@ -165,29 +161,29 @@ mod tests {
 
     #[test]
     fn udp_dht_and_utp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(DHT), L4::Udp, true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(SYN), L4::Udp, true, 0), &mut f),
             Verdict::Unsure
         );
-        assert_eq!(f.scratch.state[2], UTP_SEEN | 0x4567);
+        assert_eq!(f.scratch.utp_connection_id, Some(0x4567));
         assert_eq!(
             detect(&pkt(&hex(STATE), L4::Udp, false, 1), &mut f),
             Proto::BITTORRENT.is(true)
         );
         assert_eq!(utp_header(&hex(STATE_EXT)), Some((0x5302, 30)));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(DATA_HS), L4::Udp, true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
         // SYN 0x5302 then DATA 0x5303 from the same side (frames 3, 5).
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let syn = hex("4100530210eeb2f00000000000000000e7f50000");
         assert_eq!(
             detect(&pkt(&syn, L4::Udp, true, 0), &mut f),
@@ -199,7 +195,7 @@ mod tests {
             Proto::BITTORRENT.is(true)
         );
         // Tracker connect.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let c = hex("0000041727101980000000000badcafe");
         assert_eq!(
             detect(&pkt(&c, L4::Udp, true, 0), &mut f),
@@ -211,7 +207,7 @@ mod tests {
     fn negatives() {
         // STUN binding request with the magic cookie (looks like uTP type 0, extension 1).
         let stun = hex("000100002112a4424a4b4c4d4e4f505152535455");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&stun, L4::Udp, true, 0), &mut f), Verdict::No);
         let stun_rsp = hex("010100002112a4424a4b4c4d4e4f505152535455");
         assert_eq!(
@@ -219,7 +215,7 @@ mod tests {
             Verdict::No
         );
         // Two uTP-like headers with unrelated connection ids.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(SYN), L4::Udp, true, 0), &mut f),
             Verdict::Unsure
@@ -229,23 +225,23 @@ mod tests {
             Verdict::No
         );
         // Bencoded but not KRPC; an RTP packet; TLS over TCP; DHT bytes over TCP.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(b"d3:foo3:bare", L4::Udp, true, 0), &mut f),
             Verdict::No
         );
         let rtp = hex("80086fae000004d83796cb71d5d5d5d5d5d5d5d5");
         assert_eq!(
-            detect(&pkt(&rtp, L4::Udp, true, 0), &mut FlowDpi::default()),
+            detect(&pkt(&rtp, L4::Udp, true, 0), &mut Flow::default()),
             Verdict::No
         );
         let tls = hex("16030100a8010000a403035cef9e29f7");
         assert_eq!(
-            detect(&pkt(&tls, L4::Tcp, true, 0), &mut FlowDpi::default()),
+            detect(&pkt(&tls, L4::Tcp, true, 0), &mut Flow::default()),
             Verdict::No
         );
         assert_eq!(
-            detect(&pkt(&hex(DHT), L4::Tcp, true, 0), &mut FlowDpi::default()),
+            detect(&pkt(&hex(DHT), L4::Tcp, true, 0), &mut Flow::default()),
             Verdict::No
         );
         // Extension chain running past the payload.
@@ -280,7 +276,7 @@ mod tests {
         for s in &samples {
             for n in 0..=s.len() {
                 for l4 in [L4::Tcp, L4::Udp] {
-                    let mut f = FlowDpi::default();
+                    let mut f = Flow::default();
                     for i in 0..2 {
                         let _ = detect(&pkt(&s[..n], l4, i == 0, i), &mut f);
                     }

@@ -5,9 +5,9 @@
 //! network apart. The detector checks the BOOTP header (op 1/2, Ethernet hardware type and
 //! length) and the magic cookie at offset 236, then walks the options. One packet is enough.
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Dhcp;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 /// Offset of the magic cookie (after the fixed BOOTP fields).
 const COOKIE_AT: usize = 236;
@@ -15,7 +15,7 @@ const COOKIE: [u8; 4] = [0x63, 0x82, 0x53, 0x63];
 /// Options walked at most.
 const MAX_OPTIONS: usize = 128;
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let b = p.payload;
     if p.l4 != L4::Udp || !(p.has_port(67) || p.has_port(68)) {
         return Verdict::No;
@@ -91,7 +91,7 @@ mod tests {
 
     #[test]
     fn request_with_hostname() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
         assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
         let d = f.meta.dhcp.as_ref().unwrap();
@@ -102,7 +102,7 @@ mod tests {
 
     #[test]
     fn discover_with_vendor_class() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let b = bootp(ANDROID_HEAD, ANDROID_OPTS);
         assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
         let d = f.meta.dhcp.as_ref().unwrap();
@@ -114,7 +114,7 @@ mod tests {
     #[test]
     fn not_dhcp() {
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Right bytes, wrong ports.
         assert_eq!(detect(&pkt(&b, 5000, 6000), &mut f), Verdict::No);
         // No magic cookie (plain BOOTP or something else).
@@ -133,7 +133,7 @@ mod tests {
             bootp(ANDROID_HEAD, ANDROID_OPTS),
         ] {
             for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&b[..n], 68, 67), &mut f);
             }
         }
@@ -148,7 +148,7 @@ mod tests {
                 *b = x as u8;
             }
             let n = COOKIE_AT + (round % 364);
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..n], 68, 67), &mut f);
         }
     }

@@ -9,9 +9,9 @@
 //! rest may be cut by the snaplen or by IP fragmentation); on any other port the whole message
 //! must parse exactly to its last byte.
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Dns;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Answers kept from a response.
@@ -266,7 +266,7 @@ fn read_answers(msg: &[u8], h: &Header, dns: &mut Dns) {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let msg = p.payload;
     if p.l4 != L4::Udp || msg.len() < 17 {
         return Verdict::No;
@@ -348,7 +348,7 @@ mod tests {
 
     #[test]
     fn query_then_response() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let q = clean(Q_WA);
         let r = clean(R_WA);
         assert_eq!(
@@ -382,7 +382,7 @@ mod tests {
 
     #[test]
     fn response_first() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let r = clean(R_GOOGLE);
         // The flow's "client" is the server here: first packet seen came from port 53.
         assert_eq!(
@@ -407,7 +407,7 @@ mod tests {
         )
         .replace(' ', "")
         .as_str());
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&r, false, 40000, 53, 0), &mut f),
             Proto::DNS.is(true)
@@ -418,13 +418,13 @@ mod tests {
     #[test]
     fn mdns_and_llmnr_ports() {
         let q = clean(Q_WA);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&q, true, 5353, 5353, 0), &mut f),
             Proto::MDNS.is(true)
         );
         assert!(f.meta.dns.as_ref().unwrap().is_mdns);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&q, true, 50000, 5355, 0), &mut f),
             Proto::LLMNR.is(false)
@@ -434,14 +434,14 @@ mod tests {
     #[test]
     fn other_port_needs_exact_message() {
         let q = clean(Q_WA);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&q, true, 40000, 5000, 0), &mut f),
             Proto::DNS.is(false)
         );
         let mut cut = q.clone();
         cut.truncate(q.len() - 1);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&cut, true, 40000, 5000, 0), &mut f),
             Verdict::No
@@ -454,16 +454,16 @@ mod tests {
         let ntp = hex("230207eb00000450000003ab83bc03dfd94f51c33165b860d944575530336fd0d944575531b4e978d94f51f42d26e2f4");
         let stun = hex("000100002112a442a1b2c3d4e5f6a7b8c9d0e1f2");
         for b in [&ntp[..], &stun[..], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(b, true, 40000, 123, 0), &mut f), Verdict::No);
         }
         // NetBIOS name query (1kxun.pcap frame 39, port 137): DNS format, but not DNS.
         let nb = hex("b1e6011000010000000000002046484641454245454341434143414341434143414341434143414341434141410000200001");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&nb, true, 137, 137, 0), &mut f), Verdict::No);
         // Pointer loop on port 53.
         let lp = hex("000001000001000000000000c00c00010001");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&lp, true, 40000, 53, 0), &mut f), Verdict::No);
     }
 
@@ -473,7 +473,7 @@ mod tests {
         for s in &samples {
             for n in 0..=s.len() {
                 for (c, sp) in [(40000, 53), (5353, 5353), (40000, 9999)] {
-                    let mut f = FlowDpi::default();
+                    let mut f = Flow::default();
                     let _ = detect(&pkt(&s[..n], true, c, sp, 0), &mut f);
                     let _ = detect(&pkt(&s[..n], false, c, sp, 1), &mut f);
                 }
@@ -493,7 +493,7 @@ mod tests {
             buf[3] = 0x80;
             buf[4..12].copy_from_slice(&[0, 1, 0, 8, 0, 0, 0, 0]);
             let n = 12 + (round % 588);
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..n], true, 40000, 53, 0), &mut f);
         }
     }

@@ -10,13 +10,9 @@
 //! segment is ignored, and later client segments before the response are read for the headers
 //! still missing (a request whose headers span segments).
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Http;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
-
-/// `Scratch::state[3]` bit: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by
-/// the TLS detector (its SNI and fingerprints), the label stays HTTP_Connect.
-const TUNNEL: u32 = 1;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 /// Methods recognised in a request line (RFC 9110, WebDAV, UPnP/GENA).
 const METHODS: &[&[u8]] = &[
@@ -170,7 +166,7 @@ fn strip_port(h: &str) -> &str {
     }
 }
 
-fn set_server_name(f: &mut FlowDpi) {
+fn set_server_name(f: &mut Flow) {
     let Some(http) = f.meta.http.as_ref() else {
         return;
     };
@@ -212,7 +208,7 @@ fn request_line(b: &[u8]) -> Option<(&'static [u8], &[u8], bool)> {
     }
 }
 
-fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn first_packet(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let b = p.payload;
     let c = b.first().copied().unwrap_or(0);
     if !c.is_ascii_uppercase() {
@@ -254,7 +250,7 @@ fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     proto.is(false)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -263,7 +259,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     };
     let proto = f.l7.proto;
     let b = p.payload;
-    if f.scratch.state[3] & TUNNEL != 0 {
+    if f.scratch.http_tunnel_open {
         return super::tls::inner(p, f, proto);
     }
     if !p.from_client {
@@ -273,7 +269,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
             headers(rest, http, Side::Response);
             if proto == Proto::HTTP_CONNECT && (200..300).contains(&code) {
                 // The tunnel is open: what follows is usually TLS, whose metadata we want.
-                f.scratch.state[3] |= TUNNEL;
+                f.scratch.http_tunnel_open = true;
                 return proto.is(false);
             }
             // 1xx (100 Continue) is interim: the final status follows.
@@ -314,7 +310,7 @@ mod tests {
 
     #[test]
     fn request_and_response() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let req = hex(REQ);
         assert_eq!(detect(&pkt(&req, true, 0), &mut f), Proto::HTTP.is(false));
         f.l7.proto = Proto::HTTP; // what the engine does on `Is`
@@ -342,7 +338,7 @@ mod tests {
 
     #[test]
     fn connect() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let c = clean(CONNECT);
         assert_eq!(
             detect(&pkt(&c, true, 0), &mut f),
@@ -375,7 +371,7 @@ mod tests {
     fn headers_in_next_segment() {
         let req = hex(REQ);
         // The request line alone, then the headers in the next segment.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&req[..16], true, 0), &mut f),
             Proto::HTTP.is(false)
@@ -391,7 +387,7 @@ mod tests {
         assert_eq!(h.user_agent.as_deref(), Some("curl/7.68.0"));
         assert_eq!(f.meta.server_name.as_deref(), Some("google.com"));
         // Cut inside the Host line: the partial line is not taken, the rest is read.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&req[..30], true, 0), &mut f),
             Proto::HTTP.is(false)
@@ -410,7 +406,7 @@ mod tests {
 
     #[test]
     fn response_first() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let resp = hex(RESP);
         assert_eq!(detect(&pkt(&resp, true, 0), &mut f), Proto::HTTP.is(true));
         assert_eq!(f.meta.http.as_ref().unwrap().status, 301);
@@ -427,7 +423,7 @@ mod tests {
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
         ];
         for s in samples {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(s, true, 0), &mut f), Verdict::No, "{s:?}");
         }
         assert_eq!(strip_port("[::1]:8080"), "::1");
@@ -440,7 +436,7 @@ mod tests {
         let samples = [hex(REQ), hex(RESP), clean(CONNECT), clean(CONNECT_OK)];
         for s in &samples {
             for n in 0..=s.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&s[..n], true, 0), &mut f);
                 for t in &samples {
                     let _ = detect(&pkt(&t[..n.min(t.len())], false, 1), &mut f);
@@ -460,7 +456,7 @@ mod tests {
             }
             buf[..4].copy_from_slice(if round % 2 == 0 { b"GET " } else { b"HTTP" });
             let n = round % 300;
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..n], true, 0), &mut f);
             let _ = detect(&pkt(&buf[..n], false, 1), &mut f);
         }

@@ -6,8 +6,8 @@
 //! level, which together are distinctive. A flow seen from the server's CONNACK on (`20 02 ..`,
 //! four bytes) is claimed only on the MQTT ports 1883/8883, since those bytes alone are weak.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Decodes the remaining-length varint starting at `b[1]`; returns (value, header length).
 fn remaining_length(b: &[u8]) -> Option<(usize, usize)> {
@@ -47,7 +47,7 @@ fn connack(p: &Pkt<'_>) -> bool {
         && matches!(p.payload, [0x20, 0x02, 0 | 1, 0..=5])
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -90,9 +90,9 @@ mod tests {
     fn connects() {
         for h in [CONNECT_V3, CONNECT_V4] {
             let b = hex(h);
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Proto::MQTT.is(true));
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&b, true, 9999), &mut f), Proto::MQTT.is(true));
         }
         assert_eq!(remaining_length(&hex(CONNECT_V4)), Some((282, 3)));
@@ -101,7 +101,7 @@ mod tests {
     #[test]
     fn connack_only_on_mqtt_port() {
         let b = hex(CONNACK);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&b, false, 1883), &mut f), Proto::MQTT.is(true));
         assert_eq!(detect(&pkt(&b, false, 9999), &mut f), Verdict::No);
         assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Verdict::No);
@@ -109,7 +109,7 @@ mod tests {
 
     #[test]
     fn not_mqtt() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut bad_level = hex(CONNECT_V4);
         bad_level[9] = 9;
         for b in [
@@ -127,7 +127,7 @@ mod tests {
         for h in [CONNECT_V3, CONNECT_V4, CONNACK] {
             let b = hex(h);
             for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&b[..n], true, 1883), &mut f);
                 let _ = detect(&pkt(&b[..n], false, 1883), &mut f);
             }
@@ -142,7 +142,7 @@ mod tests {
                 *b = x as u8;
             }
             buf[0] = 0x10;
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..round % 64], true, 1883), &mut f);
         }
     }

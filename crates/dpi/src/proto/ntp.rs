@@ -6,8 +6,8 @@
 //! modes 1..=5 a 48-byte packet with a stratum of at most 16; for modes 6 and 7 the header's
 //! counts must agree with the packet size. One packet is enough.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Largest data part of a mode 6 or 7 message (ntpd: 468 / 500 bytes).
 const MAX_CONTROL_DATA: usize = 500;
@@ -60,7 +60,7 @@ fn valid(b: &[u8]) -> bool {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Udp || !p.has_port(123) {
         return Verdict::No;
     }
@@ -105,18 +105,18 @@ mod tests {
             (V2_MODE7, 123, 80),
         ] {
             let b = hex(h);
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&b, c, s), &mut f), Proto::NTP.is(true), "{h}");
         }
         // A mode 6 READVAR request (12-byte header, no data) as `ntpq -c rv` sends it.
         let rv = hex("160200010000000000000000");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&rv, 40000, 123), &mut f), Proto::NTP.is(true));
     }
 
     #[test]
     fn not_ntp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Right bytes, no port 123.
         assert_eq!(detect(&pkt(&hex(V4), 4000, 5000), &mut f), Verdict::No);
         // On port 123: a DNS query (dns.pcap frame 4), a short packet, version 0 or 7.
@@ -137,7 +137,7 @@ mod tests {
         for h in [V4, V3_REQ, V3_RESP, V2_MODE7] {
             let b = hex(h);
             for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&b[..n], 123, 123), &mut f);
             }
         }
@@ -150,7 +150,7 @@ mod tests {
                 x ^= x << 5;
                 *b = x as u8;
             }
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..round % 200], 123, 123), &mut f);
         }
     }

@@ -6,8 +6,8 @@
 //! e.g. S7comm on port 102, send COTP parameters there). The cookie line goes to
 //! `meta.banner`.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 const COOKIE: &[u8] = b"Cookie: ";
 const RDP_PORT: u16 = 3389;
@@ -35,7 +35,7 @@ fn is_neg(v: &[u8], kind: u8) -> bool {
     matches!(v, [t, _, 8, 0, ..] if *t == kind)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     if d.first() != Some(&3) || p.index > 1 {
         return Verdict::No;
@@ -96,19 +96,19 @@ mod tests {
 
     #[test]
     fn rdp_pcap() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(CR), true, 0, 3389), &mut f),
             Proto::RDP.is(true)
         );
         assert_eq!(f.meta.banner, None);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(CC), false, 0, 3389), &mut f),
             Proto::RDP.is(true)
         );
         // The same on another port.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(CR), true, 0, 13389), &mut f),
             Proto::RDP.is(true)
@@ -120,7 +120,7 @@ mod tests {
         // MS-RDPBCGR 4.1.1 example: CR with cookie "mstshash=eltons" and rdpNegReq.
         let cr = hex("0300002c27e00000000000436f6f6b69653a206d737473686173683d656c746f6e730d0a0100080000000000");
         assert_eq!(cr.len(), 44);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&cr, true, 0, 3389), &mut f),
             Proto::RDP.is(true)
@@ -142,17 +142,17 @@ mod tests {
             (hex("16030100a8010000a403035cef9e29f7"), true),
             (hex("0000002fff534d4272000000001805d8"), true),
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&d, c, 0, 102), &mut f), Verdict::No, "{d:02x?}");
         }
         // Empty CR on port 102 is not RDP, on 3389 it is.
         let bare = hex("0300000b06e00000000000");
         assert_eq!(
-            detect(&pkt(&bare, true, 0, 102), &mut FlowDpi::default()),
+            detect(&pkt(&bare, true, 0, 102), &mut Flow::default()),
             Verdict::No
         );
         assert_eq!(
-            detect(&pkt(&bare, true, 0, 3389), &mut FlowDpi::default()),
+            detect(&pkt(&bare, true, 0, 3389), &mut Flow::default()),
             Proto::RDP.is(true)
         );
     }
@@ -183,7 +183,7 @@ mod tests {
         for s in &samples {
             for n in 0..=s.len() {
                 for c in [true, false] {
-                    let _ = detect(&pkt(&s[..n], c, 0, 3389), &mut FlowDpi::default());
+                    let _ = detect(&pkt(&s[..n], c, 0, 3389), &mut Flow::default());
                 }
             }
         }

@@ -4,8 +4,8 @@
 //! `meta.server_name`. Keep-alives (CRLFs, as RFC 5626 sends them) before the first message
 //! leave the flow undecided.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 const METHODS: &[&[u8]] = &[
     b"INVITE",
@@ -96,7 +96,7 @@ fn uri_host(uri: &[u8]) -> Option<&[u8]> {
     ok.then_some(host)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
@@ -163,7 +163,7 @@ mod tests {
 
     #[test]
     fn sip_pcap() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = detect(&pkt(&hex(REGISTER), L4::Udp, true, 0), &mut f);
         assert_eq!(v, Proto::SIP.is(true));
         assert_eq!(
@@ -171,13 +171,13 @@ mod tests {
             Some("REGISTER sip:sip.cybercity.dk SIP/2.0")
         );
         assert_eq!(f.meta.server_name.as_deref(), Some("sip.cybercity.dk"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = detect(&pkt(&hex(UNAUTHORIZED), L4::Udp, false, 0), &mut f);
         assert_eq!(v, Proto::SIP.is(true));
         assert_eq!(f.meta.banner.as_deref(), Some("SIP/2.0 401 Unauthorized"));
         assert_eq!(f.meta.server_name, None);
         // Same over TCP.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&hex(REGISTER), L4::Tcp, true, 0), &mut f),
             Proto::SIP.is(true)
@@ -197,7 +197,7 @@ mod tests {
         assert_eq!(uri_host(b"sip:10.0.0.1:5060"), Some(&b"10.0.0.1"[..]));
         assert_eq!(uri_host(b"tel:+1-201-555-0123"), None);
         assert_eq!(uri_host(b"sip:"), None);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let inv = b"INVITE tel:+12015550123 SIP/2.0\r\n";
         assert_eq!(
             detect(&pkt(inv, L4::Udp, true, 0), &mut f),
@@ -208,7 +208,7 @@ mod tests {
 
     #[test]
     fn keepalive_then_request() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(b"\r\n\r\n", L4::Tcp, true, 0), &mut f),
             Verdict::Unsure
@@ -230,7 +230,7 @@ mod tests {
             b"SIP/2.0\r\n".to_vec(),
             b"INVITE sip:x SIP/2.1\r\n".to_vec(),
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(
                 detect(&pkt(&d, L4::Udp, true, 0), &mut f),
                 Verdict::No,
@@ -263,7 +263,7 @@ mod tests {
         for s in &samples {
             for n in 0..=s.len() {
                 for i in [0, 5] {
-                    let mut f = FlowDpi::default();
+                    let mut f = Flow::default();
                     let _ = detect(&pkt(&s[..n], L4::Udp, true, i), &mut f);
                 }
             }

@@ -9,8 +9,8 @@
 //! (`10.16/NetBIOS.SMBv1`, `10.41/NetBIOS.SMBv23`); the detector sets `f.l7.app` and answers
 //! with `Proto::NETBIOS`.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict};
 
 /// Smallest SMB header after the 4-byte NetBIOS header: SMBv1 32 bytes, SMB2 64, transform 52.
 fn min_len(kind: u8) -> usize {
@@ -34,7 +34,7 @@ fn is_session_request(d: &[u8]) -> bool {
         && d.get(37) == Some(&0)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     match d.first() {
         Some(0) => {}
@@ -98,14 +98,14 @@ mod tests {
             (V1_FRAGS, Proto::SMBV1),
             (V2, Proto::SMBV23),
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&hex(h), 0), &mut f), Proto::NETBIOS.is(true));
             assert_eq!(f.l7.app, app);
         }
         // Transform header (encrypted SMB3).
         let mut t = hex("00000040fd534d42");
         t.resize(68, 0);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&t, 0), &mut f), Proto::NETBIOS.is(true));
         assert_eq!(f.l7.app, Proto::SMBV23);
     }
@@ -114,13 +114,13 @@ mod tests {
     fn session_request() {
         // netbios.pcap: session request from 10.19.71.184:55489 to :139 (nDPI: NetBIOS).
         let d = hex("8100004420454a4543454a45474549464244424442464846444441444344444341434143410020464345504644454745494642444144484648464444414441444543414341414100");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&d, 0), &mut f), Proto::NETBIOS.is(true));
         assert_eq!(f.l7.app, Proto::UNKNOWN);
         // A broken name.
         let mut bad = d.clone();
         bad[10] = b'z';
-        assert_eq!(detect(&pkt(&bad, 0), &mut FlowDpi::default()), Verdict::No);
+        assert_eq!(detect(&pkt(&bad, 0), &mut Flow::default()), Verdict::No);
     }
 
     #[test]
@@ -137,12 +137,12 @@ mod tests {
             // Right magic, impossible length.
             hex("00000004ff534d4272000000"),
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(&d, 0), &mut f), Verdict::No, "{d:02x?}");
             assert_eq!(f.l7.app, Proto::UNKNOWN);
         }
         // Cut NetBIOS header on the first packet: undecided.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&hex("00000085ff"), 0), &mut f), Verdict::Unsure);
     }
 
@@ -170,12 +170,12 @@ mod tests {
         for s in &samples {
             for n in 0..=s.len() {
                 for i in [0, 3] {
-                    let _ = detect(&pkt(&s[..n], i), &mut FlowDpi::default());
+                    let _ = detect(&pkt(&s[..n], i), &mut Flow::default());
                     let mut t = s[..n].to_vec();
                     if let Some(b) = t.first_mut() {
                         *b = 0x81;
                     }
-                    let _ = detect(&pkt(&t, i), &mut FlowDpi::default());
+                    let _ = detect(&pkt(&t, i), &mut Flow::default());
                 }
             }
         }

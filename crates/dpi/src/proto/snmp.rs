@@ -8,8 +8,8 @@
 //! `msgGlobalData` SEQUENCE starting with `INTEGER msgID`. The outer length must match the
 //! datagram exactly, except on ports 161/162 where a capture may have cut it.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Longest community string accepted.
 const MAX_COMMUNITY: usize = 128;
@@ -82,7 +82,7 @@ fn valid(p: &Pkt<'_>) -> bool {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Udp || p.payload.first() != Some(&0x30) {
         return Verdict::No;
     }
@@ -121,7 +121,7 @@ mod tests {
         for h in [V1, V2C, V3] {
             let b = hex(h);
             for (c, s) in [(43015, 161), (4000, 5000)] {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 assert_eq!(detect(&pkt(&b, c, s), &mut f), Proto::SNMP.is(true), "{h}");
             }
         }
@@ -131,14 +131,14 @@ mod tests {
     fn cut_only_on_snmp_ports() {
         let b = hex(V2C);
         let cut = &b[..b.len() - 5];
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(cut, 43015, 161), &mut f), Proto::SNMP.is(true));
         assert_eq!(detect(&pkt(cut, 4000, 5000), &mut f), Verdict::No);
     }
 
     #[test]
     fn not_snmp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Version 2 does not exist; a length that lies; a DNS query (dns.pcap frame 4).
         let mut v2 = hex(V1);
         v2[4] = 2;
@@ -155,7 +155,7 @@ mod tests {
         for h in [V1, V2C, V3] {
             let b = hex(h);
             for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&b[..n], 4000, 161), &mut f);
                 let _ = detect(&pkt(&b[..n], 4000, 5000), &mut f);
             }
@@ -172,7 +172,7 @@ mod tests {
             buf[..5].copy_from_slice(&[0x30, 0x82, 0x00, 0x40, 0x02]);
             buf[5] = 1;
             buf[6] = (round % 4) as u8;
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&buf[..round % 120], 4000, 161), &mut f);
         }
     }

@@ -11,9 +11,8 @@
 //! not reassemble: a KEXINIT whose first four name-lists are cut by the segment end gives no
 //! HASSH for that side. Done when both HASSH are known, or when neither can come any more.
 
-use crate::engine::FlowDpi;
-
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 use md5::{Digest, Md5};
 
 /// SSH_MSG_KEXINIT.
@@ -109,7 +108,7 @@ fn hassh(lists: &[&[u8]; 8], server: bool) -> String {
     s
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -191,7 +190,7 @@ mod tests {
 
     #[test]
     fn banners_and_hassh() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let seq = [
             (hex(SRV_BANNER), false, Proto::SSH.is(false)),
             (hex(CLI_BANNER), true, Proto::SSH.is(false)),
@@ -217,7 +216,7 @@ mod tests {
 
     #[test]
     fn kexinit_in_banner_segment() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut cli = hex(CLI_BANNER);
         cli.extend(hex(CLI_KEX));
         let mut srv = hex(SRV_BANNER);
@@ -237,7 +236,7 @@ mod tests {
 
     #[test]
     fn cut_kexinit_gives_up_that_side() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let kex = hex(CLI_KEX);
         assert_eq!(
             detect(&pkt(&hex(SRV_BANNER), false, 0), &mut f),
@@ -271,7 +270,7 @@ mod tests {
             b"220 mail ESMTP\r\n",
             &hex(CLI_KEX)[..],
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(b, true, 0), &mut f), Verdict::No);
         }
     }
@@ -283,9 +282,9 @@ mod tests {
         joined.extend(hex(CLI_KEX));
         for s in samples.iter().chain([&joined]) {
             for n in 0..=s.len() {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&s[..n], true, 0), &mut f);
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 let _ = detect(&pkt(&hex(SRV_BANNER), false, 0), &mut f);
                 let _ = detect(&pkt(&s[..n], false, 1), &mut f);
                 let _ = detect(&pkt(&s[..n], true, 2), &mut f);
@@ -303,7 +302,7 @@ mod tests {
             // A KEXINIT header with random lists.
             buf[..6].copy_from_slice(&[0, 0, 1, 0x80, 4, KEXINIT]);
             let n = round % 400;
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let _ = detect(&pkt(&hex(CLI_BANNER), true, 0), &mut f);
             let _ = detect(&pkt(&buf[..n], true, 1), &mut f);
             let _ = detect(&pkt(&buf[..n], false, 2), &mut f);

@@ -15,8 +15,8 @@
 //! nDPI. Telling which application a call belongs to is the service mapping's job, not this
 //! detector's.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 const MAGIC_COOKIE: [u8; 4] = [0x21, 0x12, 0xa4, 0x42];
 /// REALM attribute.
@@ -151,7 +151,7 @@ fn realm(m: &Message<'_>) -> Option<String> {
     None
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let owned = f.l7.proto == Proto::STUN;
     // Cheap reject: a STUN message (or an RFC 4571 frame length of one) starts with 00..3f.
     if !owned && p.payload.first().is_none_or(|&c| c & 0xc0 != 0) {
@@ -207,13 +207,13 @@ mod tests {
     #[test]
     fn tcp_framed_binding() {
         let b = hex(TCP_FRAMED);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&b, L4::Tcp, 42000, 0), &mut f),
             Proto::STUN.is(false)
         );
         // Split across segments: the first part alone is still a STUN message start.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&b[..40], L4::Tcp, 42000, 0), &mut f),
             Proto::STUN.is(false)
@@ -223,7 +223,7 @@ mod tests {
     #[test]
     fn udp_binding_then_realm() {
         let b = hex(UDP_BINDING);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&b, L4::Udp, 3478, 0), &mut f),
             Proto::STUN.is(false)
@@ -252,13 +252,13 @@ mod tests {
     #[test]
     fn whatsapp_unaligned_length() {
         let b = hex(WHATSAPP_ALLOCATE);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&b, L4::Udp, 3478, 0), &mut f),
             Proto::STUN.is(false)
         );
         // One byte less and the length no longer matches.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&b[..b.len() - 1], L4::Udp, 3478, 0), &mut f),
             Verdict::No
@@ -269,12 +269,12 @@ mod tests {
     fn classic_only_on_stun_ports() {
         // zoom.pcap frame 46: cookie-less Binding request to port 3478 (nDPI: STUN.Zoom).
         let classic = hex("00010018c15dae63585d14392e582c260403bf30010100143132333435363738393031323334353637383900");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&classic, L4::Udp, 3478, 0), &mut f),
             Proto::STUN.is(false)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(&pkt(&classic, L4::Udp, 9999, 0), &mut f),
             Verdict::No
@@ -283,7 +283,7 @@ mod tests {
 
     #[test]
     fn not_stun() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut bad_len = hex(UDP_BINDING);
         bad_len[3] ^= 0x04;
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
@@ -299,7 +299,7 @@ mod tests {
             let b = hex(h);
             for n in 0..=b.len() {
                 for l4 in [L4::Udp, L4::Tcp] {
-                    let mut f = FlowDpi::default();
+                    let mut f = Flow::default();
                     let _ = detect(&pkt(&b[..n], l4, 3478, 0), &mut f);
                     f.l7.proto = Proto::STUN;
                     let _ = detect(&pkt(&b[..n], l4, 3478, 1), &mut f);
@@ -317,7 +317,7 @@ mod tests {
             }
             let n = 20 + (round % 180);
             buf[..8].copy_from_slice(&[0x01, 0x13, 0, (n - 20) as u8, 0x21, 0x12, 0xa4, 0x42]);
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             f.l7.proto = Proto::STUN;
             let _ = detect(&pkt(&buf[..n], L4::Udp, 3478, 1), &mut f);
             let _ = detect(&pkt(&buf[..n], L4::Tcp, 3478, 1), &mut f);

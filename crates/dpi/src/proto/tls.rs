@@ -11,9 +11,9 @@
 //!
 //! The ClientHello parser is shared with QUIC ([`parse_client_hello`]).
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Meta;
-use crate::{wire_string, Pkt, Proto, Verdict, L4, MAX_STR};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4, MAX_STR};
 use md5::{Digest, Md5};
 use sha2::Sha256;
 
@@ -51,7 +51,7 @@ const HS_SERVER_HELLO: u8 = 2;
 const HS_CERTIFICATE: u8 = 11;
 const HS_SERVER_HELLO_DONE: u8 = 14;
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -100,7 +100,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 
 /// TLS inside a flow another detector owns (after SMTP/IMAP/POP3 STARTTLS, or through an HTTP
 /// CONNECT tunnel): the handshake's metadata is read as for TLS, the label stays `outer`.
-pub(crate) fn inner(p: &Pkt<'_>, f: &mut FlowDpi, outer: Proto) -> Verdict {
+pub(crate) fn inner(p: &Pkt<'_>, f: &mut Flow, outer: Proto) -> Verdict {
     match detect(p, f) {
         Verdict::Is { done, .. } => outer.is(done),
         Verdict::Unsure => outer.is(false),
@@ -109,7 +109,7 @@ pub(crate) fn inner(p: &Pkt<'_>, f: &mut FlowDpi, outer: Proto) -> Verdict {
 }
 
 /// True once a hello of either side was parsed (the flow is TLS).
-fn recognised(f: &FlowDpi) -> bool {
+fn recognised(f: &Flow) -> bool {
     (flags(&f.scratch.tls[0]) | flags(&f.scratch.tls[1])) & ST_HELLO != 0
 }
 
@@ -250,7 +250,7 @@ fn consume(b: &mut Vec<u8>, len: usize) {
 }
 
 /// Handles the client's buffered messages; false when they cannot be TLS.
-fn client_messages(f: &mut FlowDpi) -> bool {
+fn client_messages(f: &mut Flow) -> bool {
     let b = &f.scratch.tls[0];
     let st = flags(b);
     if st & ST_HELLO != 0 {
@@ -283,7 +283,7 @@ fn client_messages(f: &mut FlowDpi) -> bool {
 }
 
 /// Handles the server's buffered messages; false when they cannot be TLS.
-fn server_messages(f: &mut FlowDpi) -> bool {
+fn server_messages(f: &mut Flow) -> bool {
     for _ in 0..16 {
         let st = flags(&f.scratch.tls[1]);
         if st & ST_DONE != 0 {
@@ -366,7 +366,7 @@ fn looks_like_sslv2_client_hello(p: &[u8]) -> bool {
     }
 }
 
-fn sslv2_client_hello(p: &[u8], f: &mut FlowDpi) -> Verdict {
+fn sslv2_client_hello(p: &[u8], f: &mut Flow) -> Verdict {
     let version = match p.get(3..5) {
         Some(&[a, b]) => u16::from_be_bytes([a, b]),
         _ => return Verdict::No,
@@ -943,7 +943,7 @@ mod tests {
     }
 
     /// Feeds packets the way the engine does (stops on `No` or `done`); returns the verdicts.
-    fn run(pkts: &[(bool, Vec<u8>)], f: &mut FlowDpi) -> Vec<Verdict> {
+    fn run(pkts: &[(bool, Vec<u8>)], f: &mut Flow) -> Vec<Verdict> {
         let mut out = Vec::new();
         for (i, (c, p)) in pkts.iter().enumerate() {
             let v = detect(&pkt(p, *c, i as u8), f);
@@ -955,7 +955,7 @@ mod tests {
         out
     }
 
-    fn tls(f: &FlowDpi) -> &crate::meta::Tls {
+    fn tls(f: &Flow) -> &crate::meta::Tls {
         f.meta.tls.as_ref().expect("tls metadata")
     }
 
@@ -966,7 +966,7 @@ mod tests {
     fn tls13_client_and_server_hello() {
         // tls_esni_sni_both.pcap, first flow.
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(v[0], Proto::TLS.is(false));
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
@@ -991,7 +991,7 @@ mod tests {
     fn firefox_ja4_and_tls12_certificate() {
         // 443-firefox.pcap: TLS 1.3 offered, 1.2 chosen, certificate in clear.
         let p = packets(include_str!("testdata/tls_firefox.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
         let t = tls(&f);
@@ -1013,7 +1013,7 @@ mod tests {
     fn certificate_spanning_segments() {
         // long_tls_certificate.pcap: the certificate spans several TCP segments and records.
         let p = packets(include_str!("testdata/tls_long_certificate.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(v[0], Proto::TLS.is(false));
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
@@ -1034,7 +1034,7 @@ mod tests {
     #[test]
     fn netflix_san_list() {
         let p = packets(include_str!("testdata/tls_netflix.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         run(&p, &mut f);
         let t = tls(&f);
         assert_eq!(t.sni.as_deref(), Some("api-global.netflix.com"));
@@ -1064,7 +1064,7 @@ mod tests {
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
         let ch = &p[0].1;
         for cut in 1..ch.len() {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             let a = detect(&pkt(&ch[..cut], true, 0), &mut f);
             assert_eq!(a, Verdict::Unsure, "cut {cut}");
             let b = detect(&pkt(&ch[cut..], true, 1), &mut f);
@@ -1084,7 +1084,7 @@ mod tests {
              0080000066000005000004010080080080000063000062000061000015000012000009060040000065\
              000064000060000014000011000008000006040080000003020080447674058ab9c9a5abbb06702cc6cf1f",
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&ch, true, 0), &mut f), Proto::TLS.is(false));
         assert_eq!(tls(&f).client_version, 0x0301);
     }
@@ -1093,10 +1093,10 @@ mod tests {
     fn mid_stream_application_data() {
         // tls-appdata.pcap: the capture starts after the handshake.
         let rec = unhex(&format!("170303009a{}", "ab".repeat(0x9a)));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&rec, true, 0), &mut f), Proto::TLS.is(true));
         // The length must agree with the payload.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(detect(&pkt(&rec[..100], true, 0), &mut f), Verdict::No);
     }
 
@@ -1113,16 +1113,16 @@ mod tests {
             &[0x16, 3, 9][..],
             &[][..],
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(detect(&pkt(p, true, 0), &mut f), Verdict::No);
         }
         // A handshake record whose first message is not a hello.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let bad = unhex("16030300040b000000");
         assert_eq!(detect(&pkt(&bad, true, 0), &mut f), Verdict::No);
         // UDP is not ours.
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut u = pkt(&p[0].1, true, 0);
         u.l4 = L4::Udp;
         assert_eq!(detect(&u, &mut f), Verdict::No);
@@ -1159,7 +1159,7 @@ mod tests {
             // Every prefix of every packet, alone and after the real packets before it.
             for k in 0..p.len() {
                 for cut in 0..=p[k].1.len() {
-                    let mut f = FlowDpi::default();
+                    let mut f = Flow::default();
                     for (i, (c, b)) in p[..k].iter().enumerate() {
                         detect(&pkt(b, *c, i as u8), &mut f);
                     }
@@ -1168,7 +1168,7 @@ mod tests {
             }
             // Mutated flows: flip random bytes, including lengths.
             for _ in 0..300 {
-                let mut f = FlowDpi::default();
+                let mut f = Flow::default();
                 for (i, (c, b)) in p.iter().enumerate() {
                     let mut b = b.clone();
                     for _ in 0..(rng.next() % 8) {
@@ -1207,7 +1207,7 @@ mod tests {
                 b[..3].copy_from_slice(&[0x16, 3, (rng.next() % 5) as u8]);
                 b[5] = 1 + (rng.next() % 2) as u8;
             }
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             for i in 0..4u8 {
                 detect(&pkt(&b, i % 2 == 0, i), &mut f);
             }
