@@ -59,19 +59,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client: true,
-            client_port: cport,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     /// 236 zero bytes of BOOTP fixed fields after the first 28 given ones.
     fn bootp(head: &str, options: &str) -> Vec<u8> {
@@ -93,7 +81,10 @@ mod tests {
     fn request_with_hostname() {
         let mut f = Flow::default();
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
-        assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&b, true, 0), &mut f),
+            Proto::DHCP.is(true)
+        );
         let d = f.meta.dhcp.as_ref().unwrap();
         assert_eq!(d.msg_type, 3);
         assert_eq!(d.hostname.as_deref(), Some("Shen"));
@@ -104,7 +95,10 @@ mod tests {
     fn discover_with_vendor_class() {
         let mut f = Flow::default();
         let b = bootp(ANDROID_HEAD, ANDROID_OPTS);
-        assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&b, true, 0), &mut f),
+            Proto::DHCP.is(true)
+        );
         let d = f.meta.dhcp.as_ref().unwrap();
         assert_eq!(d.msg_type, 1);
         assert_eq!(d.hostname.as_deref(), Some("android-f7ca0f571270c52d"));
@@ -116,40 +110,40 @@ mod tests {
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
         let mut f = Flow::default();
         // Right bytes, wrong ports.
-        assert_eq!(detect(&pkt(&b, 5000, 6000), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(5000, 6000).pkt(&b, true, 0), &mut f),
+            Verdict::No
+        );
         // No magic cookie (plain BOOTP or something else).
         let mut nocookie = b.clone();
         nocookie[COOKIE_AT] = 0;
-        assert_eq!(detect(&pkt(&nocookie, 68, 67), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&nocookie, true, 0), &mut f),
+            Verdict::No
+        );
         // A DNS query (dns.pcap frame 4) on port 67.
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
-        assert_eq!(detect(&pkt(&dns, 68, 67), &mut f), Verdict::No);
+        assert_eq!(detect(&udp(68, 67).pkt(&dns, true, 0), &mut f), Verdict::No);
     }
 
     #[test]
     fn never_panics() {
-        for b in [
-            bootp(SHEN_HEAD, SHEN_OPTS),
-            bootp(ANDROID_HEAD, ANDROID_OPTS),
-        ] {
-            for n in 0..=b.len() {
-                let mut f = Flow::default();
-                let _ = detect(&pkt(&b[..n], 68, 67), &mut f);
-            }
-        }
-        let mut x: u32 = 0x0bad_f00d;
-        let mut buf = bootp(SHEN_HEAD, "63825363");
-        buf.resize(600, 0);
-        for round in 0..2000 {
-            for b in buf[COOKIE_AT + 4..].iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            let n = COOKIE_AT + (round % 364);
-            let mut f = Flow::default();
-            let _ = detect(&pkt(&buf[..n], 68, 67), &mut f);
-        }
+        // A BOOTP header and cookie with random options.
+        let mut rng = Rng::new(0x0bad_f00d);
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|round| {
+                let mut b = bootp(SHEN_HEAD, "63825363");
+                b.extend(rng.bytes(360));
+                b.truncate(COOKIE_AT + round % 364);
+                b
+            })
+            .collect();
+        Fuzz::new(&[udp(68, 67)])
+            .seeds([
+                bootp(SHEN_HEAD, SHEN_OPTS),
+                bootp(ANDROID_HEAD, ANDROID_OPTS),
+            ])
+            .payloads(random)
+            .run(detect);
     }
 }

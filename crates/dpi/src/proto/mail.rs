@@ -377,21 +377,8 @@ fn imap_owner(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
+    use crate::proto::testkit::*;
     use crate::types::TextState;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], from_client: bool, index: u8, server_port: u16) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 40000,
-            server_port,
-            index,
-        }
-    }
 
     /// Runs smtp, pop3, imap and ftp in the engine's order over a conversation the way the
     /// engine does (candidates until one says `Is`, then only the owner).
@@ -406,7 +393,7 @@ pub(crate) mod tests {
         let mut excluded = [false; 4];
         let mut owner: Option<usize> = None;
         for (i, (c, d)) in conv.iter().enumerate() {
-            let p = pkt(d, *c, i as u8, port);
+            let p = tcp(40000, port).pkt(d, *c, i as u8);
             if let Some(o) = owner {
                 match dets[o](&p, &mut f) {
                     Verdict::Is { done: false, .. } | Verdict::Unsure => continue,
@@ -472,7 +459,7 @@ pub(crate) mod tests {
         let g = hex(SMTP_4);
         let mut f = Flow::default();
         assert_eq!(
-            detect_smtp(&pkt(&g, false, 0, 25), &mut f),
+            detect_smtp(&tcp(40000, 25).pkt(&g, false, 0), &mut f),
             Proto::SMTP.is(false)
         );
         assert_eq!(
@@ -485,10 +472,10 @@ pub(crate) mod tests {
             .iter()
             .enumerate()
         {
-            let v = detect_smtp(&pkt(&hex(h), *c, i as u8 + 1, 25), &mut f);
+            let v = detect_smtp(&tcp(40000, 25).pkt(&hex(h), *c, i as u8 + 1), &mut f);
             assert_eq!(v, Proto::SMTP.is(false));
         }
-        let v = detect_smtp(&pkt(&hex(SMTP_11), true, 4, 25), &mut f);
+        let v = detect_smtp(&tcp(40000, 25).pkt(&hex(SMTP_11), true, 4), &mut f);
         assert_eq!(v, Proto::SMTP.is(true));
         let f = run(
             &conv(&[
@@ -503,7 +490,7 @@ pub(crate) mod tests {
         assert_eq!(f.l7.proto, Proto::SMTP);
         // Client-first capture: EHLO alone.
         let mut f = Flow::default();
-        let v = detect_smtp(&pkt(&hex(SMTP_6), true, 0, 25), &mut f);
+        let v = detect_smtp(&tcp(40000, 25).pkt(&hex(SMTP_6), true, 0), &mut f);
         assert_eq!(v, Proto::SMTP.is(false));
         assert_eq!(f.meta.banner.as_deref(), Some("EHLO delta.peach.mil"));
     }
@@ -547,16 +534,16 @@ pub(crate) mod tests {
         );
         let mut f = Flow::default();
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_35), false, 0, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_35), false, 0), &mut f),
             Proto::POP3.is(false)
         );
         f.l7.proto = Proto::POP3;
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_36), true, 1, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_36), true, 1), &mut f),
             Proto::POP3.is(false)
         );
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_37), true, 2, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_37), true, 2), &mut f),
             Proto::POP3.is(true)
         );
         // Client first (greeting not captured): USER, then the server's +OK decides.
@@ -585,10 +572,16 @@ pub(crate) mod tests {
     fn imap_pcap() {
         let g = hex(IMAP_4);
         let mut f = Flow::default();
-        assert_eq!(detect_smtp(&pkt(&g, false, 0, 143), &mut f), Verdict::No);
-        assert_eq!(detect_pop3(&pkt(&g, false, 0, 143), &mut f), Verdict::No);
         assert_eq!(
-            detect_imap(&pkt(&g, false, 0, 143), &mut f),
+            detect_smtp(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_pop3(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_imap(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(
@@ -598,17 +591,17 @@ pub(crate) mod tests {
         f.l7.proto = Proto::IMAP;
         let cap = hex(IMAP_6);
         assert_eq!(
-            detect_imap(&pkt(&cap, true, 1, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&cap, true, 1), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(
-            detect_imap(&pkt(&hex(IMAP_11), true, 4, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&hex(IMAP_11), true, 4), &mut f),
             Proto::IMAP.is(true)
         );
         // Client first: a tagged CAPABILITY; no banner (client lines may carry passwords).
         let mut f = Flow::default();
         assert_eq!(
-            detect_imap(&pkt(&cap, true, 0, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&cap, true, 0), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(f.meta.banner, None);
@@ -656,18 +649,36 @@ pub(crate) mod tests {
         // ftp.pcap frame 4: an FTP greeting is not mail.
         let ftp = hex(FTP_4);
         let mut f = Flow::default();
-        assert_eq!(detect_smtp(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
-        assert_eq!(detect_pop3(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
-        assert_eq!(detect_imap(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
+        assert_eq!(
+            detect_smtp(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_pop3(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_imap(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
         // An HTTP request and a TLS ClientHello (rdp.pcap frame 7 prefix).
         for d in [
             b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
             hex("16030100a8010000a403035cef9e29f7"),
         ] {
             let mut f = Flow::default();
-            assert_eq!(detect_smtp(&pkt(&d, true, 0, 25), &mut f), Verdict::No);
-            assert_eq!(detect_pop3(&pkt(&d, true, 0, 110), &mut f), Verdict::No);
-            assert_eq!(detect_imap(&pkt(&d, true, 0, 143), &mut f), Verdict::No);
+            assert_eq!(
+                detect_smtp(&tcp(40000, 25).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
+            assert_eq!(
+                detect_pop3(&tcp(40000, 110).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
+            assert_eq!(
+                detect_imap(&tcp(40000, 143).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
         }
         // A Redis-like command answered by "+OK" is not POP3.
         let f = run(
@@ -681,64 +692,56 @@ pub(crate) mod tests {
         // POP3's greeting is not IMAP, IMAP's is not POP3.
         let mut f = Flow::default();
         assert_eq!(
-            detect_imap(&pkt(&hex(POP3_4), false, 0, 110), &mut f),
+            detect_imap(&tcp(40000, 110).pkt(&hex(POP3_4), false, 0), &mut f),
             Verdict::No
         );
         assert_eq!(
-            detect_pop3(&pkt(&hex(IMAP_4), false, 0, 143), &mut f),
+            detect_pop3(&tcp(40000, 143).pkt(&hex(IMAP_4), false, 0), &mut f),
             Verdict::No
         );
     }
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [
-            SMTP_4, SMTP_6, STLS_45, POP3_4, POP3_6, IMAP_4, IMAP_6, FTP_4,
-        ]
-        .iter()
-        .map(|h| hex(h))
-        .collect();
-        samples.push(b"220-".to_vec());
-        samples.push(b"a STARTTLS".to_vec());
-        let mut seed = 0x1234_5678u32;
-        for n in 0..200 {
-            let v = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            samples.push(v);
-        }
-        let dets: [fn(&Pkt<'_>, &mut Flow) -> Verdict; 3] = [detect_smtp, detect_pop3, detect_imap];
-        for s in &samples {
-            for n in 0..=s.len() {
-                for det in dets {
-                    for proto in [Proto::UNKNOWN, Proto::SMTP, Proto::POP3, Proto::IMAP] {
-                        for st in [
-                            TextState::default(),
-                            TextState {
-                                ambiguous_220: true,
-                                ..TextState::default()
-                            },
-                            TextState {
-                                starttls_asked: true,
-                                client_user: true,
-                                ..TextState::default()
-                            },
-                        ] {
-                            for (c, i) in [(true, 0), (false, 0), (true, 3), (false, 5)] {
-                                let mut f = Flow::default();
-                                f.l7.proto = proto;
-                                f.scratch.text = st;
-                                let _ = det(&pkt(&s[..n], c, i, 25), &mut f);
-                            }
-                        }
+        let mut rng = Rng::new(0x1234_5678);
+        let random: Vec<Vec<u8>> = (0..200).map(|n| rng.bytes(n % 64)).collect();
+        let start = |proto: Proto, text: TextState| {
+            let mut f = Flow::default();
+            f.l7.proto = proto;
+            f.scratch.text = text;
+            f
+        };
+        let states = [
+            TextState::default(),
+            TextState {
+                ambiguous_220: true,
+                ..TextState::default()
+            },
+            TextState {
+                starttls_asked: true,
+                client_user: true,
+                ..TextState::default()
+            },
+        ];
+        let dets: [Detect; 3] = [detect_smtp, detect_pop3, detect_imap];
+        for det in dets {
+            let mut fuzz = Fuzz::new(&[tcp(40000, 25)])
+                .seeds(
+                    [
+                        SMTP_4, SMTP_6, STLS_45, POP3_4, POP3_6, IMAP_4, IMAP_6, FTP_4,
+                    ]
+                    .map(hex),
+                )
+                .seeds([b"220-".to_vec(), b"a STARTTLS".to_vec()])
+                .payloads(random.clone());
+            for proto in [Proto::UNKNOWN, Proto::SMTP, Proto::POP3, Proto::IMAP] {
+                for st in states {
+                    if proto != Proto::UNKNOWN || st != TextState::default() {
+                        fuzz = fuzz.start(start(proto, st));
                     }
                 }
             }
+            fuzz.run(det);
         }
     }
 }

@@ -159,13 +159,5 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
     find(server_port).or_else(|| find(client_port))
 }
 
-/// Helpers shared by the detectors' tests.
 #[cfg(test)]
-pub(crate) mod testutil {
-    /// Bytes from a hex string (as tshark prints payloads).
-    pub fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
-}
+pub(crate) mod testkit;

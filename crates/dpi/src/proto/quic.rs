@@ -631,44 +631,15 @@ fn parse_chlo(d: &[u8], meta: &mut Meta) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::testkit::*;
 
-    fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
-
-    /// A flow from testdata: one packet a line, `c`/`s` (direction) then the payload in hex.
-    fn packets(text: &str) -> Vec<(bool, Vec<u8>)> {
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(d, h)| (d == "c", unhex(h.trim())))
-            .collect()
-    }
-
-    fn pkt(payload: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client,
-            client_port: 51000,
-            server_port: 443,
-            index,
-        }
-    }
+    const QUIC: Ends = udp(51000, 443);
 
     /// Feeds packets the way the engine does (stops on `No` or `done`); returns the verdicts.
     fn run(text: &str) -> (Flow, Vec<Verdict>) {
         let mut f = Flow::default();
-        let mut out = Vec::new();
-        for (i, (c, p)) in packets(text).iter().enumerate() {
-            let v = detect(&pkt(p, *c, i as u8), &mut f);
-            out.push(v);
-            if matches!(v, Verdict::No | Verdict::Is { done: true, .. }) {
-                break;
-            }
-        }
-        (f, out)
+        let v = feed(detect, QUIC, &mut f, &packets(text));
+        (f, v)
     }
 
     fn tls(f: &Flow) -> &crate::meta::Tls {
@@ -804,7 +775,7 @@ mod tests {
         // Re-splits a real ClientHello: stores its CRYPTO stream in two halves, second first.
         let p = packets(include_str!("testdata/quic_draft29.txt"));
         let mut f = Flow::default();
-        detect(&pkt(&p[0].1, true, 0), &mut f);
+        detect(&QUIC.pkt(&p[0].1, true, 0), &mut f);
         assert!(tls(&f).sni.is_some());
         // Build the stream again from the decrypted packet.
         let pl = &p[0].1;
@@ -849,17 +820,17 @@ mod tests {
     fn other_protocols_are_no() {
         // A DNS query (dns.pcap style), an RTP packet, a short long-header packet of an
         // unknown version, and nothing.
-        let dns = unhex("a0f401000001000000000000047469");
-        let rtp = unhex("8000000100000000deadbeef0102030405060708");
-        let unknown = unhex("c0123456780800000000000000000000");
+        let dns = hex("a0f401000001000000000000047469");
+        let rtp = hex("8000000100000000deadbeef0102030405060708");
+        let unknown = hex("c0123456780800000000000000000000");
         for p in [&dns[..], &rtp[..], &unknown[..], &[][..], &[0xc0][..]] {
             let mut f = Flow::default();
-            assert_eq!(detect(&pkt(p, true, 0), &mut f), Verdict::No);
+            assert_eq!(detect(&QUIC.pkt(p, true, 0), &mut f), Verdict::No);
         }
         // A QUIC payload over TCP.
         let p = packets(include_str!("testdata/quic_draft29.txt"));
         let mut f = Flow::default();
-        let mut t = pkt(&p[0].1, true, 0);
+        let mut t = QUIC.pkt(&p[0].1, true, 0);
         t.l4 = L4::Tcp;
         assert_eq!(detect(&t, &mut f), Verdict::No);
     }
@@ -870,21 +841,11 @@ mod tests {
         let p = packets(include_str!("testdata/quic_draft29.txt"));
         let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&p[0].1[..300], true, 0), &mut f),
+            detect(&QUIC.pkt(&p[0].1[..300], true, 0), &mut f),
             Proto::QUIC.is(true)
         );
         assert_eq!(f.meta.quic_version, Some(0xff00_001d));
         assert_eq!(f.meta.server_name, None);
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
     }
 
     #[test]
@@ -899,57 +860,58 @@ mod tests {
             include_str!("testdata/quic_q035.txt"),
             include_str!("testdata/quic_0rtt_chrome.txt"),
         ];
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
+        // Every byte of the header (the first 64) changed once.
+        let mut headers = Vec::new();
         for text in flows {
-            let p = packets(text);
-            for (k, (c, b)) in p.iter().enumerate() {
-                // Every prefix (in steps, decryption is not cheap), and every byte flipped once
-                // in the first 64 (the header).
-                for cut in (0..=b.len()).step_by(7).chain([b.len()]) {
-                    let mut f = Flow::default();
-                    detect(&pkt(&b[..cut], *c, k as u8), &mut f);
-                }
+            for (_, b) in packets(text) {
                 for at in 0..b.len().min(64) {
                     let mut m = b.clone();
                     m[at] ^= (rng.next() as u8) | 1;
-                    let mut f = Flow::default();
-                    detect(&pkt(&m, *c, 0), &mut f);
-                    detect(&pkt(&m, *c, 1), &mut f);
+                    headers.push(m);
                 }
             }
         }
-        for _ in 0..3000 {
-            let len = (rng.next() % 1400) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            // Half of them with a known version, to go deeper.
-            if rng.next().is_multiple_of(2) && b.len() >= 7 {
-                b[0] |= 0xc0;
-                let v: u32 = [V1, V2, Q046, Q050, T051, 0xff00_001d][(rng.next() % 6) as usize];
-                b[1..5].copy_from_slice(&v.to_be_bytes());
-                b[5] = (rng.next() % 21) as u8;
-            }
-            let mut f = Flow::default();
-            for i in 0..3u8 {
-                detect(&pkt(&b, true, i), &mut f);
-            }
-            assert!(f.scratch.quic_crypto.len() <= CAP);
+        // Random bytes, half of them with a known version, to go deeper.
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|_| {
+                let len = rng.below(1400);
+                let mut b = rng.bytes(len);
+                if rng.next().is_multiple_of(2) && b.len() >= 7 {
+                    b[0] |= 0xc0;
+                    let v: u32 = [V1, V2, Q046, Q050, T051, 0xff00_001d][rng.below(6)];
+                    b[1..5].copy_from_slice(&v.to_be_bytes());
+                    b[5] = rng.below(21) as u8;
+                }
+                b
+            })
+            .collect();
+        // Decryption is not cheap: prefixes in steps.
+        let mut fuzz = Fuzz::new(&[QUIC])
+            .cut_step(7)
+            .payloads(headers)
+            .payloads(random)
+            .check(|f| assert!(f.scratch.quic_crypto.len() <= CAP));
+        for text in flows {
+            fuzz = fuzz.flow(packets(text));
         }
+        fuzz.run(detect);
         // Random CRYPTO fragments into the reassembler.
         for _ in 0..3000 {
             let mut b = vec![F_INIT; 1];
             b.resize(QHDR, 0);
             for _ in 0..40 {
                 let off = rng.next() % 20000;
-                let len = (rng.next() % 700) as usize;
-                let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let len = rng.below(700);
+                let data = rng.bytes(len);
                 crypto_insert(&mut b, off, &data);
                 assert!(b.len() <= CAP);
             }
         }
         // Random CHLOs.
         for _ in 0..3000 {
-            let len = (rng.next() % 300) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let len = rng.below(300);
+            let mut b = rng.bytes(len);
             if b.len() >= 4 {
                 b[..4].copy_from_slice(b"CHLO");
             }

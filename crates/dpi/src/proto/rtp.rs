@@ -152,20 +152,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], from_client: bool, index: u8, server_port: u16) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Udp,
-            from_client,
-            client_port: 30000,
-            server_port,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // sip.pcap frames 95, 96 (PCMA, flow 192.168.1.2:30000 -> :40392, nDPI: RTP), first bytes.
     const SIP_95: &str = "80086fae000004d83796cb71d5d5d5d5d5d5d5d5d5d5d5d5";
@@ -184,11 +171,11 @@ mod tests {
     fn sip_pcap_rtp() {
         let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SIP_95), true, 0, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&hex(SIP_95), true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(SIP_96), true, 1, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&hex(SIP_96), true, 1), &mut f),
             Proto::RTP.is(true)
         );
     }
@@ -197,25 +184,25 @@ mod tests {
     fn rtp_pcapng() {
         let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(RTP_7), true, 0, 6000), &mut f),
+            detect(&udp(30000, 6000).pkt(&hex(RTP_7), true, 0), &mut f),
             Verdict::Unsure
         );
         // Sequence 0x0116 -> 0x011a: four ahead.
         assert_eq!(
-            detect(&pkt(&hex(RTP_11), true, 1, 6000), &mut f),
+            detect(&udp(30000, 6000).pkt(&hex(RTP_11), true, 1), &mut f),
             Proto::RTP.is(true)
         );
         let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(RTP_83), true, 0, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_83), true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(RTP_84), true, 1, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_84), true, 1), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(RTP_85), true, 2, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_85), true, 2), &mut f),
             Proto::RTP.is(true)
         );
     }
@@ -226,9 +213,12 @@ mod tests {
         assert_eq!(rtcp_header(&sr), Some(0x3796_cb71));
         let mut f = Flow::default();
         // One RTCP packet is not enough (nDPI leaves this single-packet flow Unknown).
-        assert_eq!(detect(&pkt(&sr, true, 0, 40393), &mut f), Verdict::Unsure);
         assert_eq!(
-            detect(&pkt(&sr, true, 1, 40393), &mut f),
+            detect(&udp(30000, 40393).pkt(&sr, true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40393).pkt(&sr, true, 1), &mut f),
             Proto::RTCP.is(true)
         );
         // A length field running past the payload.
@@ -243,19 +233,31 @@ mod tests {
         let a = hex(SIP_95);
         let b = hex(RTP_11);
         let mut f = Flow::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 40392), &mut f), Verdict::Unsure);
-        assert_eq!(detect(&pkt(&b, true, 1, 40392), &mut f), Verdict::Unsure);
-        let mut f = Flow::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 40392), &mut f), Verdict::Unsure);
-        assert_eq!(detect(&pkt(&a, true, 1, 40392), &mut f), Verdict::Unsure);
-        // The other direction does not confirm either.
-        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SIP_95), true, 0, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&a, true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(SIP_96), false, 1, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&b, true, 1), &mut f),
+            Verdict::Unsure
+        );
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&a, true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&a, true, 1), &mut f),
+            Verdict::Unsure
+        );
+        // The other direction does not confirm either.
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&hex(SIP_95), true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&hex(SIP_96), false, 1), &mut f),
             Verdict::Unsure
         );
         // A DNS query, a QUIC long header (0xc0), a SIP request: No at once.
@@ -265,25 +267,31 @@ mod tests {
             b"REGISTER sip:sip.cybercity.dk SIP/2.0\r\n".to_vec(),
         ] {
             let mut f = Flow::default();
-            assert_eq!(detect(&pkt(&d, true, 0, 5000), &mut f), Verdict::No);
+            assert_eq!(
+                detect(&udp(30000, 5000).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
         }
         // Payload type 72..=95 is neither RTP nor RTCP's 200..=204.
         let mut f = Flow::default();
         assert_eq!(
             detect(
-                &pkt(&hex("80500001000000000000000100000000"), true, 0, 5000),
+                &udp(30000, 5000).pkt(&hex("80500001000000000000000100000000"), true, 0),
                 &mut f
             ),
             Verdict::No
         );
         // Towards a well-known port.
         let mut f = Flow::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 53), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(30000, 53).pkt(&a, true, 0), &mut f),
+            Verdict::No
+        );
         // CSRC count past the payload.
         let mut f = Flow::default();
         assert_eq!(
             detect(
-                &pkt(&hex("8f080001000000000000000100000000"), true, 0, 5000),
+                &udp(30000, 5000).pkt(&hex("8f080001000000000000000100000000"), true, 0),
                 &mut f
             ),
             Verdict::No
@@ -292,38 +300,27 @@ mod tests {
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [SIP_95, SIP_96, SIP_104, RTP_7, RTP_11, RTP_83, RTP_84]
-            .iter()
-            .map(|h| hex(h))
+        // Random bytes with version 2, a third of them with an RTCP packet type.
+        let mut rng = Rng::new(0x2545_f491);
+        let random: Vec<Vec<u8>> = (0..300)
+            .map(|n| {
+                let mut v = rng.bytes(n % 64);
+                if let Some(b) = v.first_mut() {
+                    *b = 0x80 | (*b & 0x3f);
+                }
+                if n % 3 == 0 {
+                    if let Some(b) = v.get_mut(1) {
+                        *b = 200 + (*b % 5);
+                    }
+                }
+                v
+            })
             .collect();
-        samples.push(hex("90080001000000000000000100ffffff"));
-        let mut seed = 0x2545_f491u32;
-        for n in 0..300 {
-            let mut v: Vec<u8> = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            if let Some(b) = v.first_mut() {
-                *b = 0x80 | (*b & 0x3f);
-            }
-            if n % 3 == 0 {
-                if let Some(b) = v.get_mut(1) {
-                    *b = 200 + (*b % 5);
-                }
-            }
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                let mut f = Flow::default();
-                for i in 0..3 {
-                    let _ = detect(&pkt(&s[..n], i != 1, i, 5000), &mut f);
-                }
-            }
-        }
+        Fuzz::new(&[udp(30000, 5000)])
+            .seeds([SIP_95, SIP_96, SIP_104, RTP_7, RTP_11, RTP_83, RTP_84].map(hex))
+            .seeds([hex("90080001000000000000000100ffffff")])
+            .flow(vec![(true, hex(RTP_83)), (true, hex(RTP_84))])
+            .payloads(random)
+            .run(detect);
     }
 }

@@ -96,19 +96,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client: true,
-            client_port: cport,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // snmp.pcap frames 1 (v1 GetNextRequest), 6 (v2c GetResponse), 17 (v3 discovery).
     const V1: &str =
@@ -122,7 +110,11 @@ mod tests {
             let b = hex(h);
             for (c, s) in [(43015, 161), (4000, 5000)] {
                 let mut f = Flow::default();
-                assert_eq!(detect(&pkt(&b, c, s), &mut f), Proto::SNMP.is(true), "{h}");
+                assert_eq!(
+                    detect(&udp(c, s).pkt(&b, true, 0), &mut f),
+                    Proto::SNMP.is(true),
+                    "{h}"
+                );
             }
         }
     }
@@ -132,8 +124,14 @@ mod tests {
         let b = hex(V2C);
         let cut = &b[..b.len() - 5];
         let mut f = Flow::default();
-        assert_eq!(detect(&pkt(cut, 43015, 161), &mut f), Proto::SNMP.is(true));
-        assert_eq!(detect(&pkt(cut, 4000, 5000), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(43015, 161).pkt(cut, true, 0), &mut f),
+            Proto::SNMP.is(true)
+        );
+        assert_eq!(
+            detect(&udp(4000, 5000).pkt(cut, true, 0), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]
@@ -146,34 +144,28 @@ mod tests {
         lie[1] = 0x30;
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
         for b in [&v2[..], &lie[..], &dns[..], &hex(V1)[..3]] {
-            assert_eq!(detect(&pkt(b, 4000, 5000), &mut f), Verdict::No);
+            assert_eq!(
+                detect(&udp(4000, 5000).pkt(b, true, 0), &mut f),
+                Verdict::No
+            );
         }
     }
 
     #[test]
     fn never_panics() {
-        for h in [V1, V2C, V3] {
-            let b = hex(h);
-            for n in 0..=b.len() {
-                let mut f = Flow::default();
-                let _ = detect(&pkt(&b[..n], 4000, 161), &mut f);
-                let _ = detect(&pkt(&b[..n], 4000, 5000), &mut f);
-            }
-        }
-        let mut x: u32 = 0x2468_ace1;
-        let mut buf = [0u8; 120];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            buf[..5].copy_from_slice(&[0x30, 0x82, 0x00, 0x40, 0x02]);
-            buf[5] = 1;
-            buf[6] = (round % 4) as u8;
-            let mut f = Flow::default();
-            let _ = detect(&pkt(&buf[..round % 120], 4000, 161), &mut f);
-        }
+        // A SEQUENCE with a version INTEGER (0..=3) and random bytes after.
+        let mut rng = Rng::new(0x2468_ace1);
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|round| {
+                let mut b = rng.bytes(120);
+                b[..7].copy_from_slice(&[0x30, 0x82, 0x00, 0x40, 0x02, 1, (round % 4) as u8]);
+                b.truncate(round % 120);
+                b
+            })
+            .collect();
+        Fuzz::new(&[udp(4000, 161), udp(4000, 5000)])
+            .seeds([V1, V2C, V3].map(hex))
+            .payloads(random)
+            .run(detect);
     }
 }
