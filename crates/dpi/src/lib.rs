@@ -8,6 +8,8 @@
 //! metadata ([`Meta`]: server name, HTTP and DNS fields, TLS fingerprints, …).
 //!
 //! Contract for detectors (one module per protocol under [`proto`]):
+//! * they see only [`types`] (the packet, their answer, the [`types::Flow`] with the label,
+//!   metadata and their typed per-protocol state), [`meta`] and [`ids`], never the engine;
 //! * they read only the `&[u8]` they are given, never panic on any input, never allocate more
 //!   than the small, capped strings they put into [`Meta`];
 //! * they answer with a [`Verdict`]; `No` removes them from the flow's candidates.
