@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Builds every cargo-fuzz target (crates/dpi/fuzz: one per DPI detector plus `dispatch`;
+# Builds every cargo-fuzz target (crates/dpi/fuzz: `detectors`, every DPI detector alone, the
+# first input byte picking it, and `dispatch`, the whole DPI engine;
 # crates/analytics/fuzz: `filter_expr` and `bpf`;
 # crates/wire/fuzz: `decode`) and runs each for a few seconds from its seed corpus. Exits
 # non-zero when a target crashes (panic, sanitizer report, timeout, out of memory) and prints

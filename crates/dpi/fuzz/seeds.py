@@ -1,12 +1,16 @@
 #!/usr/bin/env python3
-"""Writes the seed corpus of the sonde-dpi fuzz targets (corpus/<target>/) from real flows.
+"""Writes the seed corpora of the sonde-dpi fuzz targets (corpus/detectors/, corpus/dispatch/)
+from real flows.
 
 Each seed is the first payload packets of one TCP or UDP flow of a capture of the nDPI test
-corpus, in the input layout of src/lib.rs. Needs tshark. Usage:
+corpus, in the input layout of src/lib.rs: for `detectors`, prefixed with the index of its
+detector in sonde_dpi::proto::DETECTORS (read from ../src/proto/mod.rs), so the seed reaches
+that detector. Needs tshark. Usage:
 
     crates/dpi/fuzz/seeds.py [PCAP_DIR]     (default /work/shared/corpus/ndpi)
 """
 import os
+import re
 import shutil
 import struct
 import subprocess
@@ -17,7 +21,7 @@ PCAPS = sys.argv[1] if len(sys.argv) > 1 else "/work/shared/corpus/ndpi"
 MAX_SEED = 4096  # the smoke run's -max_len
 MAX_PKTS = 8
 
-# target -> [(capture, display filter picking the flow, "tcp"/"udp")]
+# detector name (as in DETECTORS) -> [(capture, display filter picking the flow, "tcp"/"udp")]
 SOURCES = {
     "tls": [("google_ssl.pcap", "tls.handshake.type==1", "tcp"),
             ("long_tls_certificate.pcap", "tls.handshake.type==11", "tcp"),
@@ -101,10 +105,16 @@ def addr_bytes(a):
     return ipaddress.ip_address(a).packed
 
 
-def encode(fl, l4, with_addrs):
+def detector_names():
+    """The detectors' names in the order of sonde_dpi::proto::DETECTORS."""
+    with open(os.path.join(HERE, "..", "src", "proto", "mod.rs")) as fh:
+        return re.findall(r'^\s*(?:tcp|udp|both)\("(\w+)",', fh.read(), re.M)
+
+
+def encode(fl, l4, with_addrs, prefix=b""):
     cport, sport, caddr, saddr, ipv6, pkts = fl
     flags = (1 if l4 == "udp" else 0) | (2 if ipv6 and with_addrs else 0)
-    out = bytearray(struct.pack(">BHH", flags, cport, sport))
+    out = bytearray(prefix) + struct.pack(">BHH", flags, cport, sport)
     if with_addrs:
         out += caddr + saddr
     for from_client, payload in pkts:
@@ -117,22 +127,22 @@ def encode(fl, l4, with_addrs):
 
 
 def main():
-    dispatch = os.path.join(HERE, "corpus", "dispatch")
-    shutil.rmtree(dispatch, ignore_errors=True)
-    os.makedirs(dispatch)
-    for target, sources in SOURCES.items():
-        d = os.path.join(HERE, "corpus", target)
+    names = detector_names()
+    dirs = {t: os.path.join(HERE, "corpus", t) for t in ("detectors", "dispatch")}
+    for d in dirs.values():
         shutil.rmtree(d, ignore_errors=True)
         os.makedirs(d)
+    for target, sources in SOURCES.items():
+        index = names.index(target)
         for i, (pcap, filt, l4) in enumerate(sources):
             fl = flow(pcap, filt, l4)
             if fl is None or not fl[5]:
                 print(f"warning: {target}: no flow for {filt!r} in {pcap}", file=sys.stderr)
                 continue
-            name = f"{os.path.splitext(pcap)[0]}-{i}"
-            with open(os.path.join(d, name), "wb") as fh:
-                fh.write(encode(fl, l4, False))
-            with open(os.path.join(dispatch, f"{target}-{name}"), "wb") as fh:
+            name = f"{target}-{os.path.splitext(pcap)[0]}-{i}"
+            with open(os.path.join(dirs["detectors"], name), "wb") as fh:
+                fh.write(encode(fl, l4, False, bytes([index])))
+            with open(os.path.join(dirs["dispatch"], name), "wb") as fh:
                 fh.write(encode(fl, l4, True))
             print(f"{target}: {name}: {len(fl[5])} packets")
 

@@ -3,20 +3,23 @@
 
 use crate::dnscache::{flow_addr_u128, DnsCache};
 use crate::ids::{Category, Proto};
-use crate::meta::Meta;
 use crate::proto::{self, DETECTORS};
 use crate::service::Services;
-use crate::{Confidence, Pkt, Verdict, L4, L7, MAX_PACKETS};
+use crate::types::{Confidence, Flow, Pkt, Verdict, L4};
+use crate::MAX_PACKETS;
+use std::ops::{Deref, DerefMut};
 use std::sync::Arc;
 
 /// Per-flow DPI state, allocated on a flow's first payload packet and dropped when the flow
-/// leaves the DPI path (its [`L7`] and [`Meta`] are moved into the flow record).
+/// leaves the DPI path (its [`L7`](crate::L7) and [`Meta`](crate::Meta) are moved into the
+/// flow record).
+///
+/// What the detectors see of it is the [`Flow`] inside (label, metadata, per-protocol state);
+/// `FlowDpi` dereferences to it, so `f.l7` and `f.meta` read as fields. The rest is the
+/// engine's: candidates, owner, packet count.
 #[derive(Debug, Default)]
 pub struct FlowDpi {
-    pub l7: L7,
-    pub meta: Meta,
-    /// Scratch space the detectors of this flow share (see [`Scratch`]).
-    pub scratch: Scratch,
+    flow: Flow,
     /// Detectors ruled out: bit `i` is `DETECTORS[i]`.
     excluded: u64,
     /// The detector that recognised the flow and wants more packets for its metadata.
@@ -28,17 +31,17 @@ pub struct FlowDpi {
     pub(crate) ndpi: Option<crate::ndpi::Flow>,
 }
 
-/// Buffers and counters detectors keep between packets of one flow. Each field has one user,
-/// named in its comment, so detectors never trample each other's state.
-#[derive(Debug, Default)]
-pub struct Scratch {
-    /// TLS over TCP: handshake bytes per direction (0 = client), until a whole message is in.
-    pub tls: [Vec<u8>; 2],
-    /// QUIC: CRYPTO frame bytes of the client's Initial packets, in offset order.
-    pub quic_crypto: Vec<u8>,
-    /// Small per-protocol counters (e.g. RTP sequence numbers, text-protocol line states); the
-    /// detector that uses an index documents it in `proto/mod.rs`.
-    pub state: [u32; 4],
+impl Deref for FlowDpi {
+    type Target = Flow;
+    fn deref(&self) -> &Flow {
+        &self.flow
+    }
+}
+
+impl DerefMut for FlowDpi {
+    fn deref_mut(&mut self) -> &mut Flow {
+        &mut self.flow
+    }
 }
 
 impl FlowDpi {
@@ -156,7 +159,7 @@ impl Dpi {
         };
         f.packets = f.packets.saturating_add(1);
         if let Some(i) = f.owner {
-            match (DETECTORS[i as usize].run)(&pkt, f) {
+            match (DETECTORS[i as usize].run)(&pkt, &mut f.flow) {
                 // The owner may refine its label (SMTP → SMTPS after STARTTLS).
                 Verdict::Is { proto, done } => {
                     f.l7.proto = proto;
@@ -171,7 +174,7 @@ impl Dpi {
                 if f.excluded & (1 << i) != 0 || !d.accepts(pkt.l4) {
                     continue;
                 }
-                match (d.run)(&pkt, f) {
+                match (d.run)(&pkt, &mut f.flow) {
                     Verdict::No => f.excluded |= 1 << i,
                     Verdict::Unsure => undecided = true,
                     Verdict::Is { proto, done } => {
@@ -285,10 +288,3 @@ impl proto::Detector {
 
 // `FlowDpi::excluded` is a u64 bit set.
 const _: () = assert!(DETECTORS.len() <= 64);
-
-impl Proto {
-    /// Convenience for detectors: `Verdict::Is { proto: self, done }`.
-    pub fn is(self, done: bool) -> Verdict {
-        Verdict::Is { proto: self, done }
-    }
-}

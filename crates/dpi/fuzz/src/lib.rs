@@ -1,10 +1,12 @@
 //! Shared harness for the sonde-dpi fuzz targets: turns the fuzzer's bytes into a short flow
 //! (transport, ports, a few payload packets in both directions) and feeds it to one detector
-//! (`fuzz_targets/<name>.rs`) or to the whole engine (`fuzz_targets/dispatch.rs`).
+//! (`fuzz_targets/detectors.rs`) or to the whole engine (`fuzz_targets/dispatch.rs`).
 //!
 //! Input layout (all integers big-endian):
 //!
 //! ```text
+//! detectors only: one byte, the detector: its index in `sonde_dpi::proto::DETECTORS`, modulo
+//!          the number of detectors (a new detector is fuzzed without editing this crate)
 //! [0]      flags: bit 0 = UDP (else TCP; a detector that takes only one transport gets that one)
 //!                 bit 1 = IPv6 addresses (dispatch only)
 //! [1..3]   client port
@@ -80,18 +82,19 @@ pub fn parse(mut data: &[u8], with_addrs: bool) -> Option<Flow<'_>> {
     })
 }
 
-fn detector(name: &str) -> &'static Detector {
-    DETECTORS
-        .iter()
-        .find(|d| d.name == name)
-        .unwrap_or_else(|| panic!("no detector named {name:?} in sonde_dpi::proto::DETECTORS"))
+/// The first byte picks the detector (`DETECTORS[byte % DETECTORS.len()]`), the rest is the
+/// flow it is fed ([`run_detector`]).
+pub fn run_detectors(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    run_detector(&DETECTORS[usize::from(pick) % DETECTORS.len()], rest);
 }
 
 /// Feeds the flow to one detector with one `FlowDpi`, as the engine does once that detector
 /// is the only candidate left: payload-less packets are skipped, `index` counts the payload
 /// packets, and the detector is not called again after `No` or `Is { done: true }`.
-pub fn run_detector(name: &str, data: &[u8]) {
-    let d = detector(name);
+pub fn run_detector(d: &Detector, data: &[u8]) {
     let Some(flow) = parse(data, false) else {
         return;
     };

@@ -8,18 +8,16 @@
 //!   packet (either direction) carries the same connection id or one off by one (the two
 //!   sides use `id` and `id + 1`), or when the uTP data is a peer handshake.
 //!
-//! `Scratch::state[2]` holds the first uTP packet's connection id (bits 0..=15) and bit 31 set
-//! once one is recorded.
+//! `Scratch::utp_connection_id` holds the first uTP packet's connection id.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 const HANDSHAKE: &[u8] = b"\x13BitTorrent protocol";
 /// BEP 15 connect request: protocol id 0x41727101980, action 0 (connect).
 const TRACKER_CONNECT: &[u8] = &[0, 0, 0x04, 0x17, 0x27, 0x10, 0x19, 0x80, 0, 0, 0, 0];
 const STUN_COOKIE: &[u8] = &[0x21, 0x12, 0xa4, 0x42];
 
-const UTP_SEEN: u32 = 1 << 31;
 /// DHT keys are searched in this many bytes.
 const SCAN: usize = 512;
 /// uTP extensions walked at most.
@@ -73,7 +71,7 @@ fn utp_header(d: &[u8]) -> Option<(u16, usize)> {
     None
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let b0 = match d.first() {
         Some(&b) => b,
@@ -97,7 +95,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     }
 }
 
-fn utp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn utp(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let (conn, data) = match utp_header(d) {
         Some(h) => h,
@@ -108,34 +106,20 @@ fn utp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     {
         return Proto::BITTORRENT.is(true);
     }
-    let prev = f.scratch.state[2];
-    if prev & UTP_SEEN != 0 {
-        let other = prev as u16;
+    if let Some(other) = f.scratch.utp_connection_id {
         if conn == other || conn == other.wrapping_add(1) || other == conn.wrapping_add(1) {
             return Proto::BITTORRENT.is(true);
         }
         return Verdict::No;
     }
-    f.scratch.state[2] = UTP_SEEN | u32::from(conn);
+    f.scratch.utp_connection_id = Some(conn);
     Verdict::Unsure
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], l4: L4, from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4,
-            from_client,
-            client_port: 52888,
-            server_port: 38305,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // bittorrent.pcap frame 1 (peer handshake, 68 bytes).
     const HS: &str = "13426974546f7272656e742070726f746f636f6c0000000000100005dcfcdccfb9e670ccc3dd40c78c161f2bea2431262d554d313836302d418e181ac9ba17987152663e";
@@ -151,58 +135,67 @@ mod tests {
 
     #[test]
     fn tcp_handshake() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(HS), L4::Tcp, true, 0), &mut f),
+            detect(&ends(L4::Tcp, 52888, 38305).pkt(&hex(HS), true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(HS)[..19], L4::Tcp, true, 0), &mut f),
+            detect(
+                &ends(L4::Tcp, 52888, 38305).pkt(&hex(HS)[..19], true, 0),
+                &mut f
+            ),
             Verdict::No
         );
     }
 
     #[test]
     fn udp_dht_and_utp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(DHT), L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&hex(DHT), true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SYN), L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&hex(SYN), true, 0), &mut f),
             Verdict::Unsure
         );
-        assert_eq!(f.scratch.state[2], UTP_SEEN | 0x4567);
+        assert_eq!(f.scratch.utp_connection_id, Some(0x4567));
         assert_eq!(
-            detect(&pkt(&hex(STATE), L4::Udp, false, 1), &mut f),
+            detect(
+                &ends(L4::Udp, 52888, 38305).pkt(&hex(STATE), false, 1),
+                &mut f
+            ),
             Proto::BITTORRENT.is(true)
         );
         assert_eq!(utp_header(&hex(STATE_EXT)), Some((0x5302, 30)));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(DATA_HS), L4::Udp, true, 0), &mut f),
+            detect(
+                &ends(L4::Udp, 52888, 38305).pkt(&hex(DATA_HS), true, 0),
+                &mut f
+            ),
             Proto::BITTORRENT.is(true)
         );
         // SYN 0x5302 then DATA 0x5303 from the same side (frames 3, 5).
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let syn = hex("4100530210eeb2f00000000000000000e7f50000");
         assert_eq!(
-            detect(&pkt(&syn, L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&syn, true, 0), &mut f),
             Verdict::Unsure
         );
         let data = hex("0100530310f0687609f1291700100000e7f649c6");
         assert_eq!(
-            detect(&pkt(&data, L4::Udp, true, 1), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&data, true, 1), &mut f),
             Proto::BITTORRENT.is(true)
         );
         // Tracker connect.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let c = hex("0000041727101980000000000badcafe");
         assert_eq!(
-            detect(&pkt(&c, L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&c, true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
     }
@@ -211,41 +204,59 @@ mod tests {
     fn negatives() {
         // STUN binding request with the magic cookie (looks like uTP type 0, extension 1).
         let stun = hex("000100002112a4424a4b4c4d4e4f505152535455");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&stun, L4::Udp, true, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&stun, true, 0), &mut f),
+            Verdict::No
+        );
         let stun_rsp = hex("010100002112a4424a4b4c4d4e4f505152535455");
         assert_eq!(
-            detect(&pkt(&stun_rsp, L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&stun_rsp, true, 0), &mut f),
             Verdict::No
         );
         // Two uTP-like headers with unrelated connection ids.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SYN), L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 52888, 38305).pkt(&hex(SYN), true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(STATE_EXT), L4::Udp, false, 1), &mut f),
+            detect(
+                &ends(L4::Udp, 52888, 38305).pkt(&hex(STATE_EXT), false, 1),
+                &mut f
+            ),
             Verdict::No
         );
         // Bencoded but not KRPC; an RTP packet; TLS over TCP; DHT bytes over TCP.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(b"d3:foo3:bare", L4::Udp, true, 0), &mut f),
+            detect(
+                &ends(L4::Udp, 52888, 38305).pkt(b"d3:foo3:bare", true, 0),
+                &mut f
+            ),
             Verdict::No
         );
         let rtp = hex("80086fae000004d83796cb71d5d5d5d5d5d5d5d5");
         assert_eq!(
-            detect(&pkt(&rtp, L4::Udp, true, 0), &mut FlowDpi::default()),
+            detect(
+                &ends(L4::Udp, 52888, 38305).pkt(&rtp, true, 0),
+                &mut Flow::default()
+            ),
             Verdict::No
         );
         let tls = hex("16030100a8010000a403035cef9e29f7");
         assert_eq!(
-            detect(&pkt(&tls, L4::Tcp, true, 0), &mut FlowDpi::default()),
+            detect(
+                &ends(L4::Tcp, 52888, 38305).pkt(&tls, true, 0),
+                &mut Flow::default()
+            ),
             Verdict::No
         );
         assert_eq!(
-            detect(&pkt(&hex(DHT), L4::Tcp, true, 0), &mut FlowDpi::default()),
+            detect(
+                &ends(L4::Tcp, 52888, 38305).pkt(&hex(DHT), true, 0),
+                &mut Flow::default()
+            ),
             Verdict::No
         );
         // Extension chain running past the payload.
@@ -255,37 +266,22 @@ mod tests {
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [HS, DHT, SYN, STATE, STATE_EXT, DATA_HS]
-            .iter()
-            .map(|h| hex(h))
+        // Random bytes, half of them with a uTP-like first two bytes (type 0..=4, version 1,
+        // extension 0..=2).
+        let mut rng = Rng::new(0x0bad_f00d);
+        let random: Vec<Vec<u8>> = (0..300)
+            .map(|n| {
+                let mut v = rng.bytes(n % 64);
+                if n % 2 == 0 && v.len() >= 2 {
+                    v[0] = ((v[0] % 5) << 4) | 1;
+                    v[1] %= 3;
+                }
+                v
+            })
             .collect();
-        let mut seed = 0x0bad_f00du32;
-        for n in 0..300 {
-            let mut v: Vec<u8> = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            if n % 2 == 0 {
-                if let (Some(a), Some(b)) = (v.first().copied(), v.get(1).copied()) {
-                    v[0] = ((a % 5) << 4) | 1;
-                    v[1] = b % 3;
-                }
-            }
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                for l4 in [L4::Tcp, L4::Udp] {
-                    let mut f = FlowDpi::default();
-                    for i in 0..2 {
-                        let _ = detect(&pkt(&s[..n], l4, i == 0, i), &mut f);
-                    }
-                }
-            }
-        }
+        Fuzz::new(&[ends(L4::Tcp, 52888, 38305), ends(L4::Udp, 52888, 38305)])
+            .seeds([HS, DHT, SYN, STATE, STATE_EXT, DATA_HS].map(hex))
+            .payloads(random)
+            .run(detect);
     }
 }

@@ -5,9 +5,9 @@
 //! network apart. The detector checks the BOOTP header (op 1/2, Ethernet hardware type and
 //! length) and the magic cookie at offset 236, then walks the options. One packet is enough.
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Dhcp;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 /// Offset of the magic cookie (after the fixed BOOTP fields).
 const COOKIE_AT: usize = 236;
@@ -15,7 +15,7 @@ const COOKIE: [u8; 4] = [0x63, 0x82, 0x53, 0x63];
 /// Options walked at most.
 const MAX_OPTIONS: usize = 128;
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let b = p.payload;
     if p.l4 != L4::Udp || !(p.has_port(67) || p.has_port(68)) {
         return Verdict::No;
@@ -59,19 +59,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client: true,
-            client_port: cport,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     /// 236 zero bytes of BOOTP fixed fields after the first 28 given ones.
     fn bootp(head: &str, options: &str) -> Vec<u8> {
@@ -91,9 +79,12 @@ mod tests {
 
     #[test]
     fn request_with_hostname() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
-        assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&b, true, 0), &mut f),
+            Proto::DHCP.is(true)
+        );
         let d = f.meta.dhcp.as_ref().unwrap();
         assert_eq!(d.msg_type, 3);
         assert_eq!(d.hostname.as_deref(), Some("Shen"));
@@ -102,9 +93,12 @@ mod tests {
 
     #[test]
     fn discover_with_vendor_class() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let b = bootp(ANDROID_HEAD, ANDROID_OPTS);
-        assert_eq!(detect(&pkt(&b, 68, 67), &mut f), Proto::DHCP.is(true));
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&b, true, 0), &mut f),
+            Proto::DHCP.is(true)
+        );
         let d = f.meta.dhcp.as_ref().unwrap();
         assert_eq!(d.msg_type, 1);
         assert_eq!(d.hostname.as_deref(), Some("android-f7ca0f571270c52d"));
@@ -114,42 +108,42 @@ mod tests {
     #[test]
     fn not_dhcp() {
         let b = bootp(SHEN_HEAD, SHEN_OPTS);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Right bytes, wrong ports.
-        assert_eq!(detect(&pkt(&b, 5000, 6000), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(5000, 6000).pkt(&b, true, 0), &mut f),
+            Verdict::No
+        );
         // No magic cookie (plain BOOTP or something else).
         let mut nocookie = b.clone();
         nocookie[COOKIE_AT] = 0;
-        assert_eq!(detect(&pkt(&nocookie, 68, 67), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(68, 67).pkt(&nocookie, true, 0), &mut f),
+            Verdict::No
+        );
         // A DNS query (dns.pcap frame 4) on port 67.
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
-        assert_eq!(detect(&pkt(&dns, 68, 67), &mut f), Verdict::No);
+        assert_eq!(detect(&udp(68, 67).pkt(&dns, true, 0), &mut f), Verdict::No);
     }
 
     #[test]
     fn never_panics() {
-        for b in [
-            bootp(SHEN_HEAD, SHEN_OPTS),
-            bootp(ANDROID_HEAD, ANDROID_OPTS),
-        ] {
-            for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&b[..n], 68, 67), &mut f);
-            }
-        }
-        let mut x: u32 = 0x0bad_f00d;
-        let mut buf = bootp(SHEN_HEAD, "63825363");
-        buf.resize(600, 0);
-        for round in 0..2000 {
-            for b in buf[COOKIE_AT + 4..].iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            let n = COOKIE_AT + (round % 364);
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..n], 68, 67), &mut f);
-        }
+        // A BOOTP header and cookie with random options.
+        let mut rng = Rng::new(0x0bad_f00d);
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|round| {
+                let mut b = bootp(SHEN_HEAD, "63825363");
+                b.extend(rng.bytes(360));
+                b.truncate(COOKIE_AT + round % 364);
+                b
+            })
+            .collect();
+        Fuzz::new(&[udp(68, 67)])
+            .seeds([
+                bootp(SHEN_HEAD, SHEN_OPTS),
+                bootp(ANDROID_HEAD, ANDROID_OPTS),
+            ])
+            .payloads(random)
+            .run(detect);
     }
 }

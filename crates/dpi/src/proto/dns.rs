@@ -9,9 +9,9 @@
 //! rest may be cut by the snaplen or by IP fragmentation); on any other port the whole message
 //! must parse exactly to its last byte.
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Dns;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 use std::net::{Ipv4Addr, Ipv6Addr};
 
 /// Answers kept from a response.
@@ -266,7 +266,7 @@ fn read_answers(msg: &[u8], h: &Header, dns: &mut Dns) {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let msg = p.payload;
     if p.l4 != L4::Udp || msg.len() < 17 {
         return Verdict::No;
@@ -322,19 +322,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], from_client: bool, cport: u16, sport: u16, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client,
-            client_port: cport,
-            server_port: sport,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // dns.pcap frames 4 (query) and 5 (response): e7.whatsapp.net, 8 A records.
     const Q_WA: &str = "784301000001000000000000026537087768617473617070036e65740000010001";
@@ -342,22 +330,18 @@ mod tests {
     // dns.pcap frame 1: a response seen first (AAAA www.l.google.com, no answers).
     const R_GOOGLE: &str = "dca28180000100000000000003777777016c06676f6f676c6503636f6d00001c0001";
 
-    fn clean(s: &str) -> Vec<u8> {
-        hex(&s.replace(' ', ""))
-    }
-
     #[test]
     fn query_then_response() {
-        let mut f = FlowDpi::default();
-        let q = clean(Q_WA);
-        let r = clean(R_WA);
+        let mut f = Flow::default();
+        let q = hex(Q_WA);
+        let r = hex(R_WA);
         assert_eq!(
-            detect(&pkt(&q, true, 47255, 53, 0), &mut f),
+            detect(&udp(47255, 53).pkt(&q, true, 0), &mut f),
             Proto::DNS.is(false)
         );
         assert_eq!(f.meta.server_name.as_deref(), Some("e7.whatsapp.net"));
         assert_eq!(
-            detect(&pkt(&r, false, 47255, 53, 1), &mut f),
+            detect(&udp(47255, 53).pkt(&r, false, 1), &mut f),
             Proto::DNS.is(true)
         );
         let dns = f.meta.dns.as_ref().unwrap();
@@ -382,11 +366,11 @@ mod tests {
 
     #[test]
     fn response_first() {
-        let mut f = FlowDpi::default();
-        let r = clean(R_GOOGLE);
+        let mut f = Flow::default();
+        let r = hex(R_GOOGLE);
         // The flow's "client" is the server here: first packet seen came from port 53.
         assert_eq!(
-            detect(&pkt(&r, true, 53, 32795, 0), &mut f),
+            detect(&udp(53, 32795).pkt(&r, true, 0), &mut f),
             Proto::DNS.is(true)
         );
         let dns = f.meta.dns.as_ref().unwrap();
@@ -407,9 +391,9 @@ mod tests {
         )
         .replace(' ', "")
         .as_str());
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&r, false, 40000, 53, 0), &mut f),
+            detect(&udp(40000, 53).pkt(&r, false, 0), &mut f),
             Proto::DNS.is(true)
         );
         assert_eq!(f.meta.dns.as_ref().unwrap().answers, ["x.a.b", "::1"]);
@@ -417,33 +401,33 @@ mod tests {
 
     #[test]
     fn mdns_and_llmnr_ports() {
-        let q = clean(Q_WA);
-        let mut f = FlowDpi::default();
+        let q = hex(Q_WA);
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&q, true, 5353, 5353, 0), &mut f),
+            detect(&udp(5353, 5353).pkt(&q, true, 0), &mut f),
             Proto::MDNS.is(true)
         );
         assert!(f.meta.dns.as_ref().unwrap().is_mdns);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&q, true, 50000, 5355, 0), &mut f),
+            detect(&udp(50000, 5355).pkt(&q, true, 0), &mut f),
             Proto::LLMNR.is(false)
         );
     }
 
     #[test]
     fn other_port_needs_exact_message() {
-        let q = clean(Q_WA);
-        let mut f = FlowDpi::default();
+        let q = hex(Q_WA);
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&q, true, 40000, 5000, 0), &mut f),
+            detect(&udp(40000, 5000).pkt(&q, true, 0), &mut f),
             Proto::DNS.is(false)
         );
         let mut cut = q.clone();
         cut.truncate(q.len() - 1);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&cut, true, 40000, 5000, 0), &mut f),
+            detect(&udp(40000, 5000).pkt(&cut, true, 0), &mut f),
             Verdict::No
         );
     }
@@ -454,47 +438,43 @@ mod tests {
         let ntp = hex("230207eb00000450000003ab83bc03dfd94f51c33165b860d944575530336fd0d944575531b4e978d94f51f42d26e2f4");
         let stun = hex("000100002112a442a1b2c3d4e5f6a7b8c9d0e1f2");
         for b in [&ntp[..], &stun[..], b"GET / HTTP/1.1\r\nHost: x\r\n\r\n"] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(b, true, 40000, 123, 0), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&udp(40000, 123).pkt(b, true, 0), &mut f),
+                Verdict::No
+            );
         }
         // NetBIOS name query (1kxun.pcap frame 39, port 137): DNS format, but not DNS.
         let nb = hex("b1e6011000010000000000002046484641454245454341434143414341434143414341434143414341434141410000200001");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&nb, true, 137, 137, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(137, 137).pkt(&nb, true, 0), &mut f),
+            Verdict::No
+        );
         // Pointer loop on port 53.
         let lp = hex("000001000001000000000000c00c00010001");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&lp, true, 40000, 53, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(40000, 53).pkt(&lp, true, 0), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]
     fn never_panics() {
-        let samples = [clean(Q_WA), clean(R_WA), clean(R_GOOGLE)];
-        for s in &samples {
-            for n in 0..=s.len() {
-                for (c, sp) in [(40000, 53), (5353, 5353), (40000, 9999)] {
-                    let mut f = FlowDpi::default();
-                    let _ = detect(&pkt(&s[..n], true, c, sp, 0), &mut f);
-                    let _ = detect(&pkt(&s[..n], false, c, sp, 1), &mut f);
-                }
-            }
-        }
-        let mut x: u32 = 0x1234_5678;
-        let mut buf = [0u8; 600];
-        for round in 0..2000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            // Plausible header with random body, to reach the name walker.
-            buf[2] = 0x81;
-            buf[3] = 0x80;
-            buf[4..12].copy_from_slice(&[0, 1, 0, 8, 0, 0, 0, 0]);
-            let n = 12 + (round % 588);
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..n], true, 40000, 53, 0), &mut f);
-        }
+        // A plausible response header (8 answers) with a random body, to reach the name walker.
+        let mut rng = Rng::new(0x1234_5678);
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|round| {
+                let mut b = vec![0, 0, 0x81, 0x80, 0, 1, 0, 8, 0, 0, 0, 0];
+                b.extend(rng.bytes(round % 588));
+                b
+            })
+            .collect();
+        Fuzz::new(&[udp(40000, 53), udp(5353, 5353), udp(40000, 9999)])
+            .seeds([hex(Q_WA), hex(R_WA), hex(R_GOOGLE)])
+            .flow(vec![(true, hex(Q_WA)), (false, hex(R_WA))])
+            .payloads(random)
+            .run(detect);
     }
 }

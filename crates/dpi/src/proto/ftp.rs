@@ -5,14 +5,13 @@
 //!
 //! Data connections (FTP_DATA) carry no signature of their own and are not recognised here.
 //!
-//! Shares `Scratch::state[0]` with the mail detectors (see `mail.rs` for the bits).
+//! Shares `Scratch::text` ([`crate::types::TextState`]) with the mail detectors.
 
 use super::mail::{
-    classify_220, first_line, is_cmd, reject_after_220, reply_code, Greeting220, AMBIG_220,
-    CLIENT_USER, FTP_NO, SMTP_NO,
+    classify_220, first_line, is_cmd, reject_after_220, reply_code, Greeting220, Rejecter,
 };
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 /// Client commands that, after an ambiguous `220`, make the flow FTP (SMTP clients must open
 /// with EHLO/HELO).
@@ -23,23 +22,23 @@ const FTP_CMDS: &[&[u8]] = &[
 /// Server replies to a client-first `USER` (RFC 959: 230, 331, 332, 421, 500, 501, 530).
 const USER_REPLIES: &[u16] = &[230, 331, 332, 421, 500, 501, 530];
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
         None => return Verdict::Unsure,
     };
-    let st = f.scratch.state[0];
+    let st = f.scratch.text;
     if p.from_client {
-        if st & AMBIG_220 != 0 {
+        if st.ambiguous_220 {
             return if FTP_CMDS.iter().any(|c| is_cmd(d, c)) {
                 Proto::FTP_CONTROL.is(true)
             } else {
-                reject_after_220(f, FTP_NO, SMTP_NO)
+                reject_after_220(f, Rejecter::Ftp)
             };
         }
         if p.index == 0 && is_cmd(d, b"USER") {
-            f.scratch.state[0] |= CLIENT_USER;
+            f.scratch.text.client_user = true;
             return Verdict::Unsure;
         }
         return Verdict::No;
@@ -64,20 +63,20 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
                 if f.meta.banner.is_none() && !line.is_empty() {
                     f.meta.banner = Some(wire_string(line));
                 }
-                f.scratch.state[0] |= AMBIG_220;
+                f.scratch.text.ambiguous_220 = true;
                 Verdict::Unsure
             }
         };
     }
-    if st & AMBIG_220 != 0 {
+    if st.ambiguous_220 {
         // More greeting lines before the client's command.
         return if p.index < 4 && (first.is_ascii_digit() || first == b' ') {
             Verdict::Unsure
         } else {
-            reject_after_220(f, FTP_NO, SMTP_NO)
+            reject_after_220(f, Rejecter::Ftp)
         };
     }
-    if st & CLIENT_USER != 0 {
+    if st.client_user {
         if let Some(code) = reply_code(d) {
             if USER_REPLIES.contains(&code) {
                 return Proto::FTP_CONTROL.is(true);
@@ -90,19 +89,11 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::proto::mail::tests::{hex, run, FTP_4, FTP_6};
-    use crate::L4;
+    use crate::proto::testkit::*;
 
-    fn pkt(d: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 50694,
-            server_port: 21,
-            index,
-        }
-    }
+    const FTP: Ends = tcp(50694, 21);
+    use crate::proto::mail::tests::{run, FTP_4, FTP_6};
+    use crate::types::TextState;
 
     // ftp.pcap frame 8 (331 reply) and 18 (FEAT).
     const FTP_8: &str = "33333120506c656173652073706563696679207468652070617373776f72642e0d0a";
@@ -110,8 +101,8 @@ mod tests {
 
     #[test]
     fn ftp_pcap() {
-        let mut f = FlowDpi::default();
-        let v = detect(&pkt(&hex(FTP_4), false, 0), &mut f);
+        let mut f = Flow::default();
+        let v = detect(&FTP.pkt(&hex(FTP_4), false, 0), &mut f);
         assert_eq!(v, Proto::FTP_CONTROL.is(true));
         assert_eq!(f.meta.banner.as_deref(), Some("220 (vsFTPd 3.0.3)"));
         // Through all four text detectors: nDPI says FTP_CONTROL.
@@ -129,9 +120,9 @@ mod tests {
         assert_eq!(f.meta.banner.as_deref(), Some("220 Welcome"));
         // Multi-line greeting naming the server on a later line.
         let g = b"220-Welcome to our server\r\n220 ProFTPD 1.3.5 Server ready.\r\n".to_vec();
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&g, false, 0), &mut f),
+            detect(&FTP.pkt(&g, false, 0), &mut f),
             Proto::FTP_CONTROL.is(true)
         );
         assert_eq!(f.meta.banner.as_deref(), Some("220-Welcome to our server"));
@@ -142,60 +133,65 @@ mod tests {
         // smtp.pcap frame 4: an ESMTP greeting.
         let smtp =
             hex("32323020706967656f6e2e65797269652e61662e6d696c2045534d54502053656e646d61696c0d0a");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&smtp, false, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(detect(&FTP.pkt(&smtp, false, 0), &mut f), Verdict::No);
         // pop3.pcap frame 4: +OK greeting.
         let pop = hex("2b4f4b20504f50207365727665722072656164792048206d69676d7875733030350d0a");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&pop, false, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(detect(&FTP.pkt(&pop, false, 0), &mut f), Verdict::No);
         // HTTP request.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(b"GET / HTTP/1.1\r\n", true, 0), &mut f),
+            detect(&FTP.pkt(b"GET / HTTP/1.1\r\n", true, 0), &mut f),
             Verdict::No
         );
         // A client-first USER answered by POP3's +OK is not FTP.
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&hex(FTP_6), true, 0), &mut f), Verdict::Unsure);
-        assert_eq!(detect(&pkt(b"+OK\r\n", false, 1), &mut f), Verdict::No);
-        // A 220 greeting then EHLO is SMTP's.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(b"220 hi\r\n", false, 0), &mut f),
+            detect(&FTP.pkt(&hex(FTP_6), true, 0), &mut f),
             Verdict::Unsure
         );
-        assert_eq!(detect(&pkt(b"EHLO x\r\n", true, 1), &mut f), Verdict::No);
+        assert_eq!(detect(&FTP.pkt(b"+OK\r\n", false, 1), &mut f), Verdict::No);
+        // A 220 greeting then EHLO is SMTP's.
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&FTP.pkt(b"220 hi\r\n", false, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&FTP.pkt(b"EHLO x\r\n", true, 1), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [FTP_4, FTP_6, FTP_8, FTP_18]
-            .iter()
-            .map(|h| hex(h))
-            .collect();
-        samples.push(b"220".to_vec());
-        let mut seed = 0x9e37_79b9u32;
-        for n in 0..200 {
-            let v = (0..n % 48)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                for st in [0, AMBIG_220, CLIENT_USER, AMBIG_220 | SMTP_NO] {
-                    for (c, i) in [(true, 0), (false, 0), (true, 1), (false, 2), (false, 9)] {
-                        let mut f = FlowDpi::default();
-                        f.scratch.state[0] = st;
-                        let _ = detect(&pkt(&s[..n], c, i), &mut f);
-                    }
-                }
-            }
-        }
+        let mut rng = Rng::new(0x9e37_79b9);
+        let random: Vec<Vec<u8>> = (0..200).map(|n| rng.bytes(n % 48)).collect();
+        let text = |text: TextState| Flow {
+            scratch: crate::types::Scratch {
+                text,
+                ..Default::default()
+            },
+            ..Default::default()
+        };
+        Fuzz::new(&[FTP])
+            .seeds([FTP_4, FTP_6, FTP_8, FTP_18].map(hex))
+            .seeds([b"220".to_vec()])
+            .payloads(random)
+            .start(text(TextState {
+                ambiguous_220: true,
+                ..TextState::default()
+            }))
+            .start(text(TextState {
+                client_user: true,
+                ..TextState::default()
+            }))
+            .start(text(TextState {
+                ambiguous_220: true,
+                smtp_no: true,
+                ..TextState::default()
+            }))
+            .run(detect);
     }
 }

@@ -10,13 +10,9 @@
 //! segment is ignored, and later client segments before the response are read for the headers
 //! still missing (a request whose headers span segments).
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Http;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
-
-/// `Scratch::state[3]` bit: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by
-/// the TLS detector (its SNI and fingerprints), the label stays HTTP_Connect.
-const TUNNEL: u32 = 1;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 /// Methods recognised in a request line (RFC 9110, WebDAV, UPnP/GENA).
 const METHODS: &[&[u8]] = &[
@@ -170,7 +166,7 @@ fn strip_port(h: &str) -> &str {
     }
 }
 
-fn set_server_name(f: &mut FlowDpi) {
+fn set_server_name(f: &mut Flow) {
     let Some(http) = f.meta.http.as_ref() else {
         return;
     };
@@ -212,7 +208,7 @@ fn request_line(b: &[u8]) -> Option<(&'static [u8], &[u8], bool)> {
     }
 }
 
-fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn first_packet(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let b = p.payload;
     let c = b.first().copied().unwrap_or(0);
     if !c.is_ascii_uppercase() {
@@ -254,7 +250,7 @@ fn first_packet(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     proto.is(false)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -263,7 +259,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     };
     let proto = f.l7.proto;
     let b = p.payload;
-    if f.scratch.state[3] & TUNNEL != 0 {
+    if f.scratch.http_tunnel_open {
         return super::tls::inner(p, f, proto);
     }
     if !p.from_client {
@@ -273,7 +269,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
             headers(rest, http, Side::Response);
             if proto == Proto::HTTP_CONNECT && (200..300).contains(&code) {
                 // The tunnel is open: what follows is usually TLS, whose metadata we want.
-                f.scratch.state[3] |= TUNNEL;
+                f.scratch.http_tunnel_open = true;
                 return proto.is(false);
             }
             // 1xx (100 Continue) is interim: the final status follows.
@@ -294,19 +290,9 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::testkit::*;
 
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 42170,
-            server_port: 80,
-            index,
-        }
-    }
+    const HTTP: Ends = tcp(42170, 80);
 
     // http.pcapng frames 4 (request) and 6 (response, cut here after the headers).
     const REQ: &str = "474554202f20485454502f312e310d0a486f73743a20676f6f676c652e636f6d0d0a557365722d4167656e743a206375726c2f372e36382e300d0a4163636570743a202a2f2a0d0a0d0a";
@@ -314,13 +300,19 @@ mod tests {
 
     #[test]
     fn request_and_response() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let req = hex(REQ);
-        assert_eq!(detect(&pkt(&req, true, 0), &mut f), Proto::HTTP.is(false));
+        assert_eq!(
+            detect(&HTTP.pkt(&req, true, 0), &mut f),
+            Proto::HTTP.is(false)
+        );
         f.l7.proto = Proto::HTTP; // what the engine does on `Is`
         assert_eq!(f.meta.server_name.as_deref(), Some("google.com"));
         let resp = hex(RESP);
-        assert_eq!(detect(&pkt(&resp, false, 1), &mut f), Proto::HTTP.is(true));
+        assert_eq!(
+            detect(&HTTP.pkt(&resp, false, 1), &mut f),
+            Proto::HTTP.is(true)
+        );
         // tshark: http.host, http.request.method, http.request.uri, http.user_agent,
         // http.response.code, http.content_type
         let h = f.meta.http.as_ref().unwrap();
@@ -336,29 +328,25 @@ mod tests {
     const CONNECT: &str = "434f4e4e454354206170616368652e6f72673a34343320485454502f312e310d0a557365722d4167656e743a204d6f7a696c6c612f352e30202857696e646f7773204e542031302e303b2057696e36343b207836343b2072763a39322e3029204765636b6f2f32303130303130312046697265666f782f39322e300d0a50726f78792d436f6e6e656374696f6e3a206b6565702d616c6976650d0a436f6e6e656374696f6e3a206b6565702d616c6976650d0a486f73743a206170616368652e6f72673a3434330d0a0d0a";
     const CONNECT_OK: &str = "485454502f312e302032303020436f6e6e656374696f6e2045737461626c69736865640d0a50726f78792d6167656e743a204170616368652f322e342e343120285562756e7475290d0a0d0a";
 
-    fn clean(s: &str) -> Vec<u8> {
-        hex(&s.replace(' ', ""))
-    }
-
     #[test]
     fn connect() {
-        let mut f = FlowDpi::default();
-        let c = clean(CONNECT);
+        let mut f = Flow::default();
+        let c = hex(CONNECT);
         assert_eq!(
-            detect(&pkt(&c, true, 0), &mut f),
+            detect(&HTTP.pkt(&c, true, 0), &mut f),
             Proto::HTTP_CONNECT.is(false)
         );
         f.l7.proto = Proto::HTTP_CONNECT;
         assert_eq!(f.meta.server_name.as_deref(), Some("apache.org"));
-        let ok = clean(CONNECT_OK);
+        let ok = hex(CONNECT_OK);
         // The tunnel opened: the detector stays on for the TLS handshake inside (its SNI is
         // checked end to end against tshark in tests/system/test_dpi_metadata.py).
         assert_eq!(
-            detect(&pkt(&ok, false, 1), &mut f),
+            detect(&HTTP.pkt(&ok, false, 1), &mut f),
             Proto::HTTP_CONNECT.is(false)
         );
         assert_eq!(
-            detect(&pkt(b"not tls", true, 2), &mut f),
+            detect(&HTTP.pkt(b"not tls", true, 2), &mut f),
             Proto::HTTP_CONNECT.is(true)
         );
         let h = f.meta.http.as_ref().unwrap();
@@ -375,15 +363,15 @@ mod tests {
     fn headers_in_next_segment() {
         let req = hex(REQ);
         // The request line alone, then the headers in the next segment.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&req[..16], true, 0), &mut f),
+            detect(&HTTP.pkt(&req[..16], true, 0), &mut f),
             Proto::HTTP.is(false)
         );
         f.l7.proto = Proto::HTTP;
         assert!(f.meta.http.as_ref().unwrap().host.is_none());
         assert_eq!(
-            detect(&pkt(&req[16..], true, 1), &mut f),
+            detect(&HTTP.pkt(&req[16..], true, 1), &mut f),
             Proto::HTTP.is(false)
         );
         let h = f.meta.http.as_ref().unwrap();
@@ -391,13 +379,13 @@ mod tests {
         assert_eq!(h.user_agent.as_deref(), Some("curl/7.68.0"));
         assert_eq!(f.meta.server_name.as_deref(), Some("google.com"));
         // Cut inside the Host line: the partial line is not taken, the rest is read.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&req[..30], true, 0), &mut f),
+            detect(&HTTP.pkt(&req[..30], true, 0), &mut f),
             Proto::HTTP.is(false)
         );
         assert_eq!(
-            detect(&pkt(&req[30..], true, 1), &mut f),
+            detect(&HTTP.pkt(&req[30..], true, 1), &mut f),
             Verdict::Is {
                 proto: f.l7.proto,
                 done: false
@@ -410,9 +398,12 @@ mod tests {
 
     #[test]
     fn response_first() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let resp = hex(RESP);
-        assert_eq!(detect(&pkt(&resp, true, 0), &mut f), Proto::HTTP.is(true));
+        assert_eq!(
+            detect(&HTTP.pkt(&resp, true, 0), &mut f),
+            Proto::HTTP.is(true)
+        );
         assert_eq!(f.meta.http.as_ref().unwrap().status, 301);
     }
 
@@ -427,8 +418,8 @@ mod tests {
             b"\x16\x03\x01\x02\x00\x01\x00\x01\xfc\x03\x03",
         ];
         for s in samples {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(s, true, 0), &mut f), Verdict::No, "{s:?}");
+            let mut f = Flow::default();
+            assert_eq!(detect(&HTTP.pkt(s, true, 0), &mut f), Verdict::No, "{s:?}");
         }
         assert_eq!(strip_port("[::1]:8080"), "::1");
         assert_eq!(strip_port("::1"), "::1");
@@ -437,32 +428,29 @@ mod tests {
 
     #[test]
     fn never_panics() {
-        let samples = [hex(REQ), hex(RESP), clean(CONNECT), clean(CONNECT_OK)];
-        for s in &samples {
-            for n in 0..=s.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&s[..n], true, 0), &mut f);
-                for t in &samples {
-                    let _ = detect(&pkt(&t[..n.min(t.len())], false, 1), &mut f);
-                    let _ = detect(&pkt(&t[n.min(t.len())..], true, 2), &mut f);
-                }
-            }
-        }
-        let mut x: u32 = 0x9e37_79b9;
-        let mut buf = [0u8; 300];
-        for round in 0..2000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                // Mostly printable, with line breaks and colons, to reach the header parser.
-                *b = b" :\r\nHTTP/1.GET"[(x % 14) as usize];
-            }
-            buf[..4].copy_from_slice(if round % 2 == 0 { b"GET " } else { b"HTTP" });
-            let n = round % 300;
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..n], true, 0), &mut f);
-            let _ = detect(&pkt(&buf[..n], false, 1), &mut f);
-        }
+        // Mostly printable bytes, with line breaks and colons, after "GET " or "HTTP", to reach
+        // the header parser.
+        let mut rng = Rng::new(0x9e37_79b9);
+        let random: Vec<Vec<u8>> = (0..2000)
+            .map(|round| {
+                let mut b: Vec<u8> = (0..round % 300)
+                    .map(|_| b" :\r\nHTTP/1.GET"[rng.below(14)])
+                    .collect();
+                let head: &[u8] = if round % 2 == 0 { b"GET " } else { b"HTTP" };
+                let n = b.len().min(4);
+                b[..n].copy_from_slice(&head[..n]);
+                b
+            })
+            .collect();
+        Fuzz::new(&[HTTP])
+            .seeds([hex(REQ), hex(RESP), hex(CONNECT), hex(CONNECT_OK)])
+            .flow(vec![(true, hex(REQ)), (false, hex(RESP))])
+            .flow(vec![
+                (true, hex(CONNECT)),
+                (false, hex(CONNECT_OK)),
+                (true, hex("16030100a8010000a403035cef9e29f7")),
+            ])
+            .payloads(random)
+            .run(detect);
     }
 }

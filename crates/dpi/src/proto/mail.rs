@@ -10,29 +10,16 @@
 //! can no longer be followed by STARTTLS (`MAIL`, `USER`, `LOGIN`, …): a STARTTLS (`STLS` in
 //! POP3) that the server accepts relabels the flow SMTPS, POPS or IMAPS, as nDPI does.
 //!
-//! `Scratch::state[0]` (shared by the text protocols: smtp, pop3, imap, ftp) holds the bits
-//! below. Before a flow is recognised, the `AMBIG_*`/`*_NO`/`CLIENT_*` bits coordinate SMTP
-//! and FTP on a bare `220` and POP3 and FTP on a client-first `USER`; once a detector owns the
-//! flow no other text detector runs, and it uses `STARTTLS_ASKED`.
+//! `Scratch::text` ([`TextState`], shared by the text protocols: smtp, pop3, imap, ftp) holds
+//! their state. Before a flow is recognised, `ambiguous_220`, `smtp_no`/`ftp_no` and
+//! `client_user`/`client_pop3` coordinate SMTP and FTP on a bare `220` and POP3 and FTP on a
+//! client-first `USER`; once a detector owns the flow no other text detector runs, and it uses
+//! `starttls_asked` and `tls_follows`.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
-
-/// A `220` greeting that names neither FTP nor SMTP was seen; its line is in `meta.banner`.
-pub(crate) const AMBIG_220: u32 = 1;
-/// SMTP ruled the flow out after an ambiguous `220`.
-pub(crate) const SMTP_NO: u32 = 1 << 1;
-/// FTP ruled the flow out after an ambiguous `220`.
-pub(crate) const FTP_NO: u32 = 1 << 2;
-/// The client spoke first with `USER …` (POP3 or FTP): the server's reply decides.
-pub(crate) const CLIENT_USER: u32 = 1 << 3;
-/// The client spoke first with another POP3 command (`CAPA`, `STLS`, `AUTH`, `APOP`).
-const CLIENT_POP3: u32 = 1 << 4;
-/// Owner only: the client asked for STARTTLS/STLS and the server's answer is awaited.
-const STARTTLS_ASKED: u32 = 1 << 8;
-/// Owner only: STARTTLS was accepted; the TLS handshake that follows goes to the TLS detector
-/// for its metadata (SNI, JA3, certificate), under the SMTPS/POPS/IMAPS label.
-const TLS_FOLLOWS: u32 = 1 << 9;
+use crate::ids::Proto;
+#[cfg(doc)]
+use crate::types::TextState;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 /// Bytes of a payload searched for keywords and line ends (greetings are short).
 const SCAN: usize = 512;
@@ -113,18 +100,27 @@ pub(crate) fn classify_220(line: &[u8]) -> Greeting220 {
     }
 }
 
-fn set_banner(f: &mut FlowDpi, line: &[u8]) {
+fn set_banner(f: &mut Flow, line: &[u8]) {
     if f.meta.banner.is_none() && !line.is_empty() {
         f.meta.banner = Some(wire_string(line));
     }
 }
 
+/// Which detector rules a flow out in [`reject_after_220`].
+pub(crate) enum Rejecter {
+    Smtp,
+    Ftp,
+}
+
 /// Called by SMTP or FTP when it rules out a flow after an ambiguous `220`: the banner it
 /// kept is dropped once both have said no.
-pub(crate) fn reject_after_220(f: &mut FlowDpi, mine: u32, other: u32) -> Verdict {
-    let s = &mut f.scratch.state[0];
-    *s |= mine;
-    if *s & AMBIG_220 != 0 && *s & other != 0 {
+pub(crate) fn reject_after_220(f: &mut Flow, by: Rejecter) -> Verdict {
+    let t = &mut f.scratch.text;
+    match by {
+        Rejecter::Smtp => t.smtp_no = true,
+        Rejecter::Ftp => t.ftp_no = true,
+    }
+    if t.ambiguous_220 && t.smtp_no && t.ftp_no {
         f.meta.banner = None;
     }
     Verdict::No
@@ -138,27 +134,22 @@ fn looks_tls(d: &[u8]) -> bool {
 /// For an owning detector: the client asked for TLS and the server accepted (`accepted` tells
 /// whether this server line is a positive answer). Returns the final verdict when the flow
 /// switched to TLS.
-fn starttls_step(
-    p: &Pkt<'_>,
-    f: &mut FlowDpi,
-    accepted: bool,
-    tls_proto: Proto,
-) -> Option<Verdict> {
-    if f.scratch.state[0] & TLS_FOLLOWS != 0 {
+fn starttls_step(p: &Pkt<'_>, f: &mut Flow, accepted: bool, tls_proto: Proto) -> Option<Verdict> {
+    if f.scratch.text.tls_follows {
         return Some(super::tls::inner(p, f, tls_proto));
     }
-    let asked = f.scratch.state[0] & STARTTLS_ASKED != 0;
+    let asked = f.scratch.text.starttls_asked;
     if p.from_client && asked && looks_tls(p.payload) {
         // The server's answer was not captured but the client started the handshake.
         f.l7.proto = tls_proto;
-        f.scratch.state[0] |= TLS_FOLLOWS;
+        f.scratch.text.tls_follows = true;
         return Some(super::tls::inner(p, f, tls_proto));
     }
     if !p.from_client && asked {
-        f.scratch.state[0] &= !STARTTLS_ASKED;
+        f.scratch.text.starttls_asked = false;
         if accepted {
             f.l7.proto = tls_proto;
-            f.scratch.state[0] |= TLS_FOLLOWS;
+            f.scratch.text.tls_follows = true;
             return Some(tls_proto.is(false));
         }
     }
@@ -168,7 +159,7 @@ fn starttls_step(
 // ---------------------------------------------------------------------------------------------
 // SMTP
 
-pub fn detect_smtp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect_smtp(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
@@ -182,19 +173,19 @@ pub fn detect_smtp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
             set_banner(f, first_line(d));
             return Proto::SMTP.is(false);
         }
-        return if f.scratch.state[0] & AMBIG_220 != 0 {
-            reject_after_220(f, SMTP_NO, FTP_NO)
+        return if f.scratch.text.ambiguous_220 {
+            reject_after_220(f, Rejecter::Smtp)
         } else {
             Verdict::No
         };
     }
     // Server side.
-    if f.scratch.state[0] & AMBIG_220 != 0 {
+    if f.scratch.text.ambiguous_220 {
         // More greeting lines (`220-` continuation) before the client's command.
         return if p.index < 4 && (first.is_ascii_digit() || first == b' ') {
             Verdict::Unsure
         } else {
-            reject_after_220(f, SMTP_NO, FTP_NO)
+            reject_after_220(f, Rejecter::Smtp)
         };
     }
     if p.index > 0 || reply_code(d) != Some(220) {
@@ -209,14 +200,14 @@ pub fn detect_smtp(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
         }
         Greeting220::Ambiguous => {
             set_banner(f, line);
-            f.scratch.state[0] |= AMBIG_220;
+            f.scratch.text.ambiguous_220 = true;
             Verdict::Unsure
         }
     }
 }
 
 /// SMTP flow owned: watch for STARTTLS until the client sends a mail command.
-fn smtp_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn smtp_owner(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let accepted = reply_code(d) == Some(220);
     if let Some(v) = starttls_step(p, f, accepted, Proto::SMTPS) {
@@ -224,7 +215,7 @@ fn smtp_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     }
     if p.from_client {
         if is_cmd(d, b"STARTTLS") {
-            f.scratch.state[0] |= STARTTLS_ASKED;
+            f.scratch.text.starttls_asked = true;
         } else if !(is_cmd(d, b"EHLO") || is_cmd(d, b"HELO")) {
             // MAIL, AUTH, RCPT, QUIT, …: no STARTTLS can follow any more.
             return Proto::SMTP.is(true);
@@ -239,7 +230,7 @@ fn smtp_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 /// POP3 commands a client may open with (before or instead of the greeting being captured).
 const POP3_FIRST: &[&[u8]] = &[b"CAPA", b"STLS", b"AUTH", b"APOP"];
 
-pub fn detect_pop3(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect_pop3(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
@@ -248,13 +239,13 @@ pub fn detect_pop3(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     if matches!(f.l7.proto, Proto::POP3 | Proto::POPS) {
         return pop3_owner(p, f);
     }
-    let st = f.scratch.state[0];
+    let st = f.scratch.text;
     if !p.from_client {
         if first != b'+' && first != b'-' {
             return Verdict::No;
         }
         let greeting = p.index == 0 && starts_with_ci(d, b"+OK");
-        let answer = st & (CLIENT_USER | CLIENT_POP3) != 0
+        let answer = (st.client_user || st.client_pop3)
             && (starts_with_ci(d, b"+OK") || starts_with_ci(d, b"-ERR"));
         if greeting || answer {
             if greeting {
@@ -267,18 +258,18 @@ pub fn detect_pop3(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     // Client first (the greeting was not captured): wait for the server's `+OK`/`-ERR`.
     if p.index == 0 {
         if is_cmd(d, b"USER") {
-            f.scratch.state[0] |= CLIENT_USER;
+            f.scratch.text.client_user = true;
             return Verdict::Unsure;
         }
         if POP3_FIRST.iter().any(|c| is_cmd(d, c)) {
-            f.scratch.state[0] |= CLIENT_POP3;
+            f.scratch.text.client_pop3 = true;
             return Verdict::Unsure;
         }
     }
     Verdict::No
 }
 
-fn pop3_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn pop3_owner(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let accepted = starts_with_ci(d, b"+OK");
     if let Some(v) = starttls_step(p, f, accepted, Proto::POPS) {
@@ -286,7 +277,7 @@ fn pop3_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     }
     if p.from_client {
         if is_cmd(d, b"STLS") {
-            f.scratch.state[0] |= STARTTLS_ASKED;
+            f.scratch.text.starttls_asked = true;
         } else if !is_cmd(d, b"CAPA") {
             // USER, PASS, AUTH, LIST, QUIT, …: STLS comes before these.
             return Proto::POP3.is(true);
@@ -328,7 +319,7 @@ fn imap_client_cmd(d: &[u8]) -> Option<&'static [u8]> {
     IMAP_CMDS.iter().copied().find(|c| is_cmd(rest, c))
 }
 
-pub fn detect_imap(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect_imap(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
@@ -353,9 +344,9 @@ pub fn detect_imap(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     }
 }
 
-fn imap_client_step(f: &mut FlowDpi, cmd: &[u8]) -> Verdict {
+fn imap_client_step(f: &mut Flow, cmd: &[u8]) -> Verdict {
     if cmd == b"STARTTLS" {
-        f.scratch.state[0] |= STARTTLS_ASKED;
+        f.scratch.text.starttls_asked = true;
         Proto::IMAP.is(false)
     } else if matches!(cmd, b"CAPABILITY" | b"ID" | b"NOOP") {
         Proto::IMAP.is(false)
@@ -365,7 +356,7 @@ fn imap_client_step(f: &mut FlowDpi, cmd: &[u8]) -> Verdict {
     }
 }
 
-fn imap_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+fn imap_owner(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     // Tagged `OK` answer (the STARTTLS reply), not the untagged `* OK`.
     let accepted =
@@ -386,35 +377,23 @@ fn imap_owner(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], from_client: bool, index: u8, server_port: u16) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 40000,
-            server_port,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
+    use crate::types::TextState;
 
     /// Runs smtp, pop3, imap and ftp in the engine's order over a conversation the way the
     /// engine does (candidates until one says `Is`, then only the owner).
-    pub(crate) fn run(conv: &[(bool, Vec<u8>)], port: u16) -> FlowDpi {
-        let dets: [fn(&Pkt<'_>, &mut FlowDpi) -> Verdict; 4] = [
+    pub(crate) fn run(conv: &[(bool, Vec<u8>)], port: u16) -> Flow {
+        let dets: [fn(&Pkt<'_>, &mut Flow) -> Verdict; 4] = [
             detect_smtp,
             detect_pop3,
             detect_imap,
             crate::proto::ftp::detect,
         ];
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut excluded = [false; 4];
         let mut owner: Option<usize> = None;
         for (i, (c, d)) in conv.iter().enumerate() {
-            let p = pkt(d, *c, i as u8, port);
+            let p = tcp(40000, port).pkt(d, *c, i as u8);
             if let Some(o) = owner {
                 match dets[o](&p, &mut f) {
                     Verdict::Is { done: false, .. } | Verdict::Unsure => continue,
@@ -478,9 +457,9 @@ pub(crate) mod tests {
     #[test]
     fn smtp_pcap() {
         let g = hex(SMTP_4);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect_smtp(&pkt(&g, false, 0, 25), &mut f),
+            detect_smtp(&tcp(40000, 25).pkt(&g, false, 0), &mut f),
             Proto::SMTP.is(false)
         );
         assert_eq!(
@@ -493,10 +472,10 @@ pub(crate) mod tests {
             .iter()
             .enumerate()
         {
-            let v = detect_smtp(&pkt(&hex(h), *c, i as u8 + 1, 25), &mut f);
+            let v = detect_smtp(&tcp(40000, 25).pkt(&hex(h), *c, i as u8 + 1), &mut f);
             assert_eq!(v, Proto::SMTP.is(false));
         }
-        let v = detect_smtp(&pkt(&hex(SMTP_11), true, 4, 25), &mut f);
+        let v = detect_smtp(&tcp(40000, 25).pkt(&hex(SMTP_11), true, 4), &mut f);
         assert_eq!(v, Proto::SMTP.is(true));
         let f = run(
             &conv(&[
@@ -510,8 +489,8 @@ pub(crate) mod tests {
         );
         assert_eq!(f.l7.proto, Proto::SMTP);
         // Client-first capture: EHLO alone.
-        let mut f = FlowDpi::default();
-        let v = detect_smtp(&pkt(&hex(SMTP_6), true, 0, 25), &mut f);
+        let mut f = Flow::default();
+        let v = detect_smtp(&tcp(40000, 25).pkt(&hex(SMTP_6), true, 0), &mut f);
         assert_eq!(v, Proto::SMTP.is(false));
         assert_eq!(f.meta.banner.as_deref(), Some("EHLO delta.peach.mil"));
     }
@@ -553,18 +532,18 @@ pub(crate) mod tests {
             f.meta.banner.as_deref(),
             Some("+OK POP server ready H migmxus005")
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_35), false, 0, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_35), false, 0), &mut f),
             Proto::POP3.is(false)
         );
         f.l7.proto = Proto::POP3;
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_36), true, 1, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_36), true, 1), &mut f),
             Proto::POP3.is(false)
         );
         assert_eq!(
-            detect_pop3(&pkt(&hex(POP3_37), true, 2, 110), &mut f),
+            detect_pop3(&tcp(40000, 110).pkt(&hex(POP3_37), true, 2), &mut f),
             Proto::POP3.is(true)
         );
         // Client first (greeting not captured): USER, then the server's +OK decides.
@@ -592,11 +571,17 @@ pub(crate) mod tests {
     #[test]
     fn imap_pcap() {
         let g = hex(IMAP_4);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect_smtp(&pkt(&g, false, 0, 143), &mut f), Verdict::No);
-        assert_eq!(detect_pop3(&pkt(&g, false, 0, 143), &mut f), Verdict::No);
+        let mut f = Flow::default();
         assert_eq!(
-            detect_imap(&pkt(&g, false, 0, 143), &mut f),
+            detect_smtp(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_pop3(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_imap(&tcp(40000, 143).pkt(&g, false, 0), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(
@@ -606,17 +591,17 @@ pub(crate) mod tests {
         f.l7.proto = Proto::IMAP;
         let cap = hex(IMAP_6);
         assert_eq!(
-            detect_imap(&pkt(&cap, true, 1, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&cap, true, 1), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(
-            detect_imap(&pkt(&hex(IMAP_11), true, 4, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&hex(IMAP_11), true, 4), &mut f),
             Proto::IMAP.is(true)
         );
         // Client first: a tagged CAPABILITY; no banner (client lines may carry passwords).
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect_imap(&pkt(&cap, true, 0, 143), &mut f),
+            detect_imap(&tcp(40000, 143).pkt(&cap, true, 0), &mut f),
             Proto::IMAP.is(false)
         );
         assert_eq!(f.meta.banner, None);
@@ -663,19 +648,37 @@ pub(crate) mod tests {
     fn negatives() {
         // ftp.pcap frame 4: an FTP greeting is not mail.
         let ftp = hex(FTP_4);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect_smtp(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
-        assert_eq!(detect_pop3(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
-        assert_eq!(detect_imap(&pkt(&ftp, false, 0, 21), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect_smtp(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_pop3(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect_imap(&tcp(40000, 21).pkt(&ftp, false, 0), &mut f),
+            Verdict::No
+        );
         // An HTTP request and a TLS ClientHello (rdp.pcap frame 7 prefix).
         for d in [
             b"GET / HTTP/1.1\r\nHost: x\r\n\r\n".to_vec(),
             hex("16030100a8010000a403035cef9e29f7"),
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect_smtp(&pkt(&d, true, 0, 25), &mut f), Verdict::No);
-            assert_eq!(detect_pop3(&pkt(&d, true, 0, 110), &mut f), Verdict::No);
-            assert_eq!(detect_imap(&pkt(&d, true, 0, 143), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(
+                detect_smtp(&tcp(40000, 25).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
+            assert_eq!(
+                detect_pop3(&tcp(40000, 110).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
+            assert_eq!(
+                detect_imap(&tcp(40000, 143).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
         }
         // A Redis-like command answered by "+OK" is not POP3.
         let f = run(
@@ -687,56 +690,58 @@ pub(crate) mod tests {
         );
         assert!(!f.l7.proto.is_known());
         // POP3's greeting is not IMAP, IMAP's is not POP3.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect_imap(&pkt(&hex(POP3_4), false, 0, 110), &mut f),
+            detect_imap(&tcp(40000, 110).pkt(&hex(POP3_4), false, 0), &mut f),
             Verdict::No
         );
         assert_eq!(
-            detect_pop3(&pkt(&hex(IMAP_4), false, 0, 143), &mut f),
+            detect_pop3(&tcp(40000, 143).pkt(&hex(IMAP_4), false, 0), &mut f),
             Verdict::No
         );
     }
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [
-            SMTP_4, SMTP_6, STLS_45, POP3_4, POP3_6, IMAP_4, IMAP_6, FTP_4,
-        ]
-        .iter()
-        .map(|h| hex(h))
-        .collect();
-        samples.push(b"220-".to_vec());
-        samples.push(b"a STARTTLS".to_vec());
-        let mut seed = 0x1234_5678u32;
-        for n in 0..200 {
-            let v = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            samples.push(v);
-        }
-        let dets: [fn(&Pkt<'_>, &mut FlowDpi) -> Verdict; 3] =
-            [detect_smtp, detect_pop3, detect_imap];
-        for s in &samples {
-            for n in 0..=s.len() {
-                for det in dets {
-                    for proto in [Proto::UNKNOWN, Proto::SMTP, Proto::POP3, Proto::IMAP] {
-                        for st in [0, AMBIG_220, STARTTLS_ASKED | CLIENT_USER] {
-                            for (c, i) in [(true, 0), (false, 0), (true, 3), (false, 5)] {
-                                let mut f = FlowDpi::default();
-                                f.l7.proto = proto;
-                                f.scratch.state[0] = st;
-                                let _ = det(&pkt(&s[..n], c, i, 25), &mut f);
-                            }
-                        }
+        let mut rng = Rng::new(0x1234_5678);
+        let random: Vec<Vec<u8>> = (0..200).map(|n| rng.bytes(n % 64)).collect();
+        let start = |proto: Proto, text: TextState| {
+            let mut f = Flow::default();
+            f.l7.proto = proto;
+            f.scratch.text = text;
+            f
+        };
+        let states = [
+            TextState::default(),
+            TextState {
+                ambiguous_220: true,
+                ..TextState::default()
+            },
+            TextState {
+                starttls_asked: true,
+                client_user: true,
+                ..TextState::default()
+            },
+        ];
+        let dets: [Detect; 3] = [detect_smtp, detect_pop3, detect_imap];
+        for det in dets {
+            let mut fuzz = Fuzz::new(&[tcp(40000, 25)])
+                .seeds(
+                    [
+                        SMTP_4, SMTP_6, STLS_45, POP3_4, POP3_6, IMAP_4, IMAP_6, FTP_4,
+                    ]
+                    .map(hex),
+                )
+                .seeds([b"220-".to_vec(), b"a STARTTLS".to_vec()])
+                .payloads(random.clone());
+            for proto in [Proto::UNKNOWN, Proto::SMTP, Proto::POP3, Proto::IMAP] {
+                for st in states {
+                    if proto != Proto::UNKNOWN || st != TextState::default() {
+                        fuzz = fuzz.start(start(proto, st));
                     }
                 }
             }
+            fuzz.run(det);
         }
     }
 }

@@ -1,15 +1,16 @@
 //! The built-in detectors, one module per protocol, and the order they are tried in.
 //!
-//! Every detector has the signature `fn(&Pkt, &mut FlowDpi) -> Verdict` and the contract in
-//! the crate docs: no panic on any bytes, `No` as soon as the payload cannot be its protocol
-//! (so it costs nothing on later packets), metadata into `f.meta` as capped wire strings.
+//! Every detector has the signature `fn(&Pkt, &mut Flow) -> Verdict` and the contract in the
+//! crate docs: no panic on any bytes, `No` as soon as the payload cannot be its protocol (so
+//! it costs nothing on later packets), metadata into `f.meta` as capped wire strings.
 //!
-//! Users of `Scratch::state` (index: detector, layout documented in its module): 0: the text
-//! protocols (mail.rs, ftp.rs); 1: rtp.rs; 2: bittorrent.rs (uTP connection id); 3: http.rs
-//! (CONNECT tunnel open).
+//! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
+//! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
+//! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
+//! `rtp`, `utp_connection_id`, `http_tunnel_open`, the TLS and QUIC buffers).
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 pub mod bittorrent;
 pub mod dhcp;
@@ -34,10 +35,10 @@ pub struct Detector {
     pub name: &'static str,
     pub tcp: bool,
     pub udp: bool,
-    pub run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict,
+    pub run: fn(&Pkt<'_>, &mut Flow) -> Verdict,
 }
 
-const fn tcp(name: &'static str, run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict) -> Detector {
+const fn tcp(name: &'static str, run: fn(&Pkt<'_>, &mut Flow) -> Verdict) -> Detector {
     Detector {
         name,
         tcp: true,
@@ -46,7 +47,7 @@ const fn tcp(name: &'static str, run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict) -> 
     }
 }
 
-const fn udp(name: &'static str, run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict) -> Detector {
+const fn udp(name: &'static str, run: fn(&Pkt<'_>, &mut Flow) -> Verdict) -> Detector {
     Detector {
         name,
         tcp: false,
@@ -55,7 +56,7 @@ const fn udp(name: &'static str, run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict) -> 
     }
 }
 
-const fn both(name: &'static str, run: fn(&Pkt<'_>, &mut FlowDpi) -> Verdict) -> Detector {
+const fn both(name: &'static str, run: fn(&Pkt<'_>, &mut Flow) -> Verdict) -> Detector {
     Detector {
         name,
         tcp: true,
@@ -158,13 +159,5 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
     find(server_port).or_else(|| find(client_port))
 }
 
-/// Helpers shared by the detectors' tests.
 #[cfg(test)]
-pub(crate) mod testutil {
-    /// Bytes from a hex string (as tshark prints payloads).
-    pub fn hex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
-}
+pub(crate) mod testkit;

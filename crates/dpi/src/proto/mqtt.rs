@@ -6,8 +6,8 @@
 //! level, which together are distinctive. A flow seen from the server's CONNACK on (`20 02 ..`,
 //! four bytes) is claimed only on the MQTT ports 1883/8883, since those bytes alone are weak.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Decodes the remaining-length varint starting at `b[1]`; returns (value, header length).
 fn remaining_length(b: &[u8]) -> Option<(usize, usize)> {
@@ -47,7 +47,7 @@ fn connack(p: &Pkt<'_>) -> bool {
         && matches!(p.payload, [0x20, 0x02, 0 | 1, 0..=5])
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -66,19 +66,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], from_client: bool, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 41892,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // mqtt.pcap frame 2: MQTT 3.1 CONNECT (MQIsdp, level 3); frame 4: CONNACK.
     const CONNECT_V3: &str = "104000064d514973647003c20014001663626161626362616261636262626262616161616162000c303244353035303232334433000c303244353035303232334433";
@@ -90,10 +78,16 @@ mod tests {
     fn connects() {
         for h in [CONNECT_V3, CONNECT_V4] {
             let b = hex(h);
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Proto::MQTT.is(true));
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&b, true, 9999), &mut f), Proto::MQTT.is(true));
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&tcp(41892, 1883).pkt(&b, true, 0), &mut f),
+                Proto::MQTT.is(true)
+            );
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&tcp(41892, 9999).pkt(&b, true, 0), &mut f),
+                Proto::MQTT.is(true)
+            );
         }
         assert_eq!(remaining_length(&hex(CONNECT_V4)), Some((282, 3)));
     }
@@ -101,15 +95,24 @@ mod tests {
     #[test]
     fn connack_only_on_mqtt_port() {
         let b = hex(CONNACK);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&b, false, 1883), &mut f), Proto::MQTT.is(true));
-        assert_eq!(detect(&pkt(&b, false, 9999), &mut f), Verdict::No);
-        assert_eq!(detect(&pkt(&b, true, 1883), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&tcp(41892, 1883).pkt(&b, false, 0), &mut f),
+            Proto::MQTT.is(true)
+        );
+        assert_eq!(
+            detect(&tcp(41892, 9999).pkt(&b, false, 0), &mut f),
+            Verdict::No
+        );
+        assert_eq!(
+            detect(&tcp(41892, 1883).pkt(&b, true, 0), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]
     fn not_mqtt() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut bad_level = hex(CONNECT_V4);
         bad_level[9] = 9;
         for b in [
@@ -118,32 +121,29 @@ mod tests {
             &[0x10, 0xff, 0xff, 0xff, 0xff, 0x01][..],
             &hex("16030100a5010000a10303")[..],
         ] {
-            assert_eq!(detect(&pkt(b, true, 1883), &mut f), Verdict::No);
+            assert_eq!(
+                detect(&tcp(41892, 1883).pkt(b, true, 0), &mut f),
+                Verdict::No
+            );
         }
     }
 
     #[test]
     fn never_panics() {
-        for h in [CONNECT_V3, CONNECT_V4, CONNACK] {
-            let b = hex(h);
-            for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&b[..n], true, 1883), &mut f);
-                let _ = detect(&pkt(&b[..n], false, 1883), &mut f);
-            }
-        }
-        let mut x: u32 = 0x7777_1234;
-        let mut buf = [0u8; 64];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            buf[0] = 0x10;
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..round % 64], true, 1883), &mut f);
-        }
+        // Random bytes after a CONNECT type byte.
+        let mut rng = Rng::new(0x7777_1234);
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|round| {
+                let mut b = rng.bytes(round % 64);
+                if let Some(x) = b.first_mut() {
+                    *x = 0x10;
+                }
+                b
+            })
+            .collect();
+        Fuzz::new(&[tcp(41892, 1883)])
+            .seeds([CONNECT_V3, CONNECT_V4, CONNACK].map(hex))
+            .payloads(random)
+            .run(detect);
     }
 }

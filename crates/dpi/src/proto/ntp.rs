@@ -6,8 +6,8 @@
 //! modes 1..=5 a 48-byte packet with a stratum of at most 16; for modes 6 and 7 the header's
 //! counts must agree with the packet size. One packet is enough.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Largest data part of a mode 6 or 7 message (ntpd: 468 / 500 bytes).
 const MAX_CONTROL_DATA: usize = 500;
@@ -60,7 +60,7 @@ fn valid(b: &[u8]) -> bool {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Udp || !p.has_port(123) {
         return Verdict::No;
     }
@@ -74,19 +74,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client: true,
-            client_port: cport,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // NTPv4.pcap frame 1: v4 client request (123 -> 123).
     const V4: &str = "230207eb00000450000003ab83bc03dfd94f51c33165b860d944575530336fd0d944575531b4e978d94f51f42d26e2f4";
@@ -105,20 +93,30 @@ mod tests {
             (V2_MODE7, 123, 80),
         ] {
             let b = hex(h);
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&b, c, s), &mut f), Proto::NTP.is(true), "{h}");
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&udp(c, s).pkt(&b, true, 0), &mut f),
+                Proto::NTP.is(true),
+                "{h}"
+            );
         }
         // A mode 6 READVAR request (12-byte header, no data) as `ntpq -c rv` sends it.
         let rv = hex("160200010000000000000000");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&rv, 40000, 123), &mut f), Proto::NTP.is(true));
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(40000, 123).pkt(&rv, true, 0), &mut f),
+            Proto::NTP.is(true)
+        );
     }
 
     #[test]
     fn not_ntp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Right bytes, no port 123.
-        assert_eq!(detect(&pkt(&hex(V4), 4000, 5000), &mut f), Verdict::No);
+        assert_eq!(
+            detect(&udp(4000, 5000).pkt(&hex(V4), true, 0), &mut f),
+            Verdict::No
+        );
         // On port 123: a DNS query (dns.pcap frame 4), a short packet, version 0 or 7.
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
         let mut v0 = hex(V4);
@@ -128,30 +126,17 @@ mod tests {
         let mut mode7_lies = hex(V2_MODE7);
         mode7_lies[5] = 0x09; // 9 items of 72 bytes do not fit in the packet
         for b in [&dns[..], &hex(V4)[..40], &v0[..], &v7[..], &mode7_lies[..]] {
-            assert_eq!(detect(&pkt(b, 123, 123), &mut f), Verdict::No);
+            assert_eq!(detect(&udp(123, 123).pkt(b, true, 0), &mut f), Verdict::No);
         }
     }
 
     #[test]
     fn never_panics() {
-        for h in [V4, V3_REQ, V3_RESP, V2_MODE7] {
-            let b = hex(h);
-            for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&b[..n], 123, 123), &mut f);
-            }
-        }
-        let mut x: u32 = 0x1357_9bdf;
-        let mut buf = [0u8; 200];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..round % 200], 123, 123), &mut f);
-        }
+        let mut rng = Rng::new(0x1357_9bdf);
+        let random: Vec<Vec<u8>> = (0..3000).map(|round| rng.bytes(round % 200)).collect();
+        Fuzz::new(&[udp(123, 123)])
+            .seeds([V4, V3_REQ, V3_RESP, V2_MODE7].map(hex))
+            .payloads(random)
+            .run(detect);
     }
 }

@@ -12,9 +12,9 @@
 //! `Scratch::quic_crypto` starts with [`QHDR`] bytes of state (flags, then the byte ranges of
 //! the CRYPTO stream received so far), followed by the CRYPTO stream bytes at their offsets.
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Meta;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 use aes::cipher::{BlockEncrypt, KeyInit};
 use aes::Aes128;
 use aes_gcm::aead::AeadInPlace;
@@ -112,7 +112,7 @@ const F_DECRYPTED: u8 = 0x04;
 /// Largest QUIC packet decrypted (bigger ones are recognised but not read).
 const MAX_PKT: usize = 4096;
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Udp {
         return Verdict::No;
     }
@@ -161,11 +161,11 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
     Proto::QUIC.is(flags(f) & F_DONE != 0)
 }
 
-fn flags(f: &FlowDpi) -> u8 {
+fn flags(f: &Flow) -> u8 {
     f.scratch.quic_crypto.first().copied().unwrap_or(0)
 }
 
-fn set_flag(f: &mut FlowDpi, bit: u8) {
+fn set_flag(f: &mut Flow, bit: u8) {
     if let Some(x) = f.scratch.quic_crypto.first_mut() {
         *x |= bit;
     }
@@ -209,7 +209,7 @@ fn long_header_ok(pl: &[u8], kind: Kind) -> bool {
 }
 
 /// Walks the (possibly coalesced) long-header packets of a client datagram.
-fn client_datagram(pl: &[u8], f: &mut FlowDpi) {
+fn client_datagram(pl: &[u8], f: &mut Flow) {
     let mut at = 0usize;
     for _ in 0..4 {
         let Some(pkt) = pl.get(at..) else { return };
@@ -352,7 +352,7 @@ fn initial_packet(
     salt: &[u8; 20],
     v2: bool,
     gquic: bool,
-    f: &mut FlowDpi,
+    f: &mut Flow,
 ) {
     let mut buf = [0u8; MAX_PKT];
     let Some((start, end)) = decrypt_initial(pkt, pn_offset, dcid, salt, v2, &mut buf) else {
@@ -419,7 +419,7 @@ fn initial_packet(
     crypto_try_hello(f);
 }
 
-fn is_gquic_tls(f: &FlowDpi) -> bool {
+fn is_gquic_tls(f: &Flow) -> bool {
     matches!(f.meta.quic_version, Some(T050 | T051))
 }
 
@@ -504,7 +504,7 @@ fn crypto_insert(b: &mut Vec<u8>, off: u64, data: &[u8]) -> bool {
 }
 
 /// Parses the ClientHello once the CRYPTO stream holds it whole.
-fn crypto_try_hello(f: &mut FlowDpi) {
+fn crypto_try_hello(f: &mut Flow) {
     let b = &f.scratch.quic_crypto;
     let mut r = [(0u16, 0u16); MAX_RANGES + 1];
     if load_ranges(b, &mut r) == 0 || r[0].0 != 0 {
@@ -540,7 +540,7 @@ fn crypto_try_hello(f: &mut FlowDpi) {
 
 /// Google QUIC before Q046 (no long header bit): public flags with version and 8-byte
 /// connection ID, the version at 9, the CHLO in clear.
-fn legacy_gquic(pl: &[u8], f: &mut FlowDpi) -> Verdict {
+fn legacy_gquic(pl: &[u8], f: &mut Flow) -> Verdict {
     let Some(&b0) = pl.first() else {
         return Verdict::No;
     };
@@ -631,47 +631,18 @@ fn parse_chlo(d: &[u8], meta: &mut Meta) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::testkit::*;
 
-    fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
-    }
-
-    /// A flow from testdata: one packet a line, `c`/`s` (direction) then the payload in hex.
-    fn packets(text: &str) -> Vec<(bool, Vec<u8>)> {
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(d, h)| (d == "c", unhex(h.trim())))
-            .collect()
-    }
-
-    fn pkt(payload: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client,
-            client_port: 51000,
-            server_port: 443,
-            index,
-        }
-    }
+    const QUIC: Ends = udp(51000, 443);
 
     /// Feeds packets the way the engine does (stops on `No` or `done`); returns the verdicts.
-    fn run(text: &str) -> (FlowDpi, Vec<Verdict>) {
-        let mut f = FlowDpi::default();
-        let mut out = Vec::new();
-        for (i, (c, p)) in packets(text).iter().enumerate() {
-            let v = detect(&pkt(p, *c, i as u8), &mut f);
-            out.push(v);
-            if matches!(v, Verdict::No | Verdict::Is { done: true, .. }) {
-                break;
-            }
-        }
-        (f, out)
+    fn run(text: &str) -> (Flow, Vec<Verdict>) {
+        let mut f = Flow::default();
+        let v = feed(detect, QUIC, &mut f, &packets(text));
+        (f, v)
     }
 
-    fn tls(f: &FlowDpi) -> &crate::meta::Tls {
+    fn tls(f: &Flow) -> &crate::meta::Tls {
         f.meta.tls.as_ref().expect("tls metadata")
     }
 
@@ -803,8 +774,8 @@ mod tests {
     fn client_hello_over_two_initial_packets() {
         // Re-splits a real ClientHello: stores its CRYPTO stream in two halves, second first.
         let p = packets(include_str!("testdata/quic_draft29.txt"));
-        let mut f = FlowDpi::default();
-        detect(&pkt(&p[0].1, true, 0), &mut f);
+        let mut f = Flow::default();
+        detect(&QUIC.pkt(&p[0].1, true, 0), &mut f);
         assert!(tls(&f).sni.is_some());
         // Build the stream again from the decrypted packet.
         let pl = &p[0].1;
@@ -824,7 +795,7 @@ mod tests {
         assert_eq!(varint(plain, &mut j), Some(0));
         let clen = varint(plain, &mut j).unwrap() as usize;
         let stream = &plain[j..j + clen];
-        let mut g = FlowDpi::default();
+        let mut g = Flow::default();
         g.scratch.quic_crypto.resize(QHDR, 0);
         g.scratch.quic_crypto[0] = F_INIT;
         let half = clen / 2;
@@ -849,17 +820,17 @@ mod tests {
     fn other_protocols_are_no() {
         // A DNS query (dns.pcap style), an RTP packet, a short long-header packet of an
         // unknown version, and nothing.
-        let dns = unhex("a0f401000001000000000000047469");
-        let rtp = unhex("8000000100000000deadbeef0102030405060708");
-        let unknown = unhex("c0123456780800000000000000000000");
+        let dns = hex("a0f401000001000000000000047469");
+        let rtp = hex("8000000100000000deadbeef0102030405060708");
+        let unknown = hex("c0123456780800000000000000000000");
         for p in [&dns[..], &rtp[..], &unknown[..], &[][..], &[0xc0][..]] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(p, true, 0), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(detect(&QUIC.pkt(p, true, 0), &mut f), Verdict::No);
         }
         // A QUIC payload over TCP.
         let p = packets(include_str!("testdata/quic_draft29.txt"));
-        let mut f = FlowDpi::default();
-        let mut t = pkt(&p[0].1, true, 0);
+        let mut f = Flow::default();
+        let mut t = QUIC.pkt(&p[0].1, true, 0);
         t.l4 = L4::Tcp;
         assert_eq!(detect(&t, &mut f), Verdict::No);
     }
@@ -868,23 +839,13 @@ mod tests {
     fn cut_initial_is_quic_without_name() {
         // Cut by the capture: the header says QUIC, the payload cannot be decrypted.
         let p = packets(include_str!("testdata/quic_draft29.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&p[0].1[..300], true, 0), &mut f),
+            detect(&QUIC.pkt(&p[0].1[..300], true, 0), &mut f),
             Proto::QUIC.is(true)
         );
         assert_eq!(f.meta.quic_version, Some(0xff00_001d));
         assert_eq!(f.meta.server_name, None);
-    }
-
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
     }
 
     #[test]
@@ -899,57 +860,58 @@ mod tests {
             include_str!("testdata/quic_q035.txt"),
             include_str!("testdata/quic_0rtt_chrome.txt"),
         ];
-        let mut rng = Rng(0x2545_f491_4f6c_dd1d);
+        let mut rng = Rng::new(0x2545_f491_4f6c_dd1d);
+        // Every byte of the header (the first 64) changed once.
+        let mut headers = Vec::new();
         for text in flows {
-            let p = packets(text);
-            for (k, (c, b)) in p.iter().enumerate() {
-                // Every prefix (in steps, decryption is not cheap), and every byte flipped once
-                // in the first 64 (the header).
-                for cut in (0..=b.len()).step_by(7).chain([b.len()]) {
-                    let mut f = FlowDpi::default();
-                    detect(&pkt(&b[..cut], *c, k as u8), &mut f);
-                }
+            for (_, b) in packets(text) {
                 for at in 0..b.len().min(64) {
                     let mut m = b.clone();
                     m[at] ^= (rng.next() as u8) | 1;
-                    let mut f = FlowDpi::default();
-                    detect(&pkt(&m, *c, 0), &mut f);
-                    detect(&pkt(&m, *c, 1), &mut f);
+                    headers.push(m);
                 }
             }
         }
-        for _ in 0..3000 {
-            let len = (rng.next() % 1400) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            // Half of them with a known version, to go deeper.
-            if rng.next().is_multiple_of(2) && b.len() >= 7 {
-                b[0] |= 0xc0;
-                let v: u32 = [V1, V2, Q046, Q050, T051, 0xff00_001d][(rng.next() % 6) as usize];
-                b[1..5].copy_from_slice(&v.to_be_bytes());
-                b[5] = (rng.next() % 21) as u8;
-            }
-            let mut f = FlowDpi::default();
-            for i in 0..3u8 {
-                detect(&pkt(&b, true, i), &mut f);
-            }
-            assert!(f.scratch.quic_crypto.len() <= CAP);
+        // Random bytes, half of them with a known version, to go deeper.
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|_| {
+                let len = rng.below(1400);
+                let mut b = rng.bytes(len);
+                if rng.next().is_multiple_of(2) && b.len() >= 7 {
+                    b[0] |= 0xc0;
+                    let v: u32 = [V1, V2, Q046, Q050, T051, 0xff00_001d][rng.below(6)];
+                    b[1..5].copy_from_slice(&v.to_be_bytes());
+                    b[5] = rng.below(21) as u8;
+                }
+                b
+            })
+            .collect();
+        // Decryption is not cheap: prefixes in steps.
+        let mut fuzz = Fuzz::new(&[QUIC])
+            .cut_step(7)
+            .payloads(headers)
+            .payloads(random)
+            .check(|f| assert!(f.scratch.quic_crypto.len() <= CAP));
+        for text in flows {
+            fuzz = fuzz.flow(packets(text));
         }
+        fuzz.run(detect);
         // Random CRYPTO fragments into the reassembler.
         for _ in 0..3000 {
             let mut b = vec![F_INIT; 1];
             b.resize(QHDR, 0);
             for _ in 0..40 {
                 let off = rng.next() % 20000;
-                let len = (rng.next() % 700) as usize;
-                let data: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+                let len = rng.below(700);
+                let data = rng.bytes(len);
                 crypto_insert(&mut b, off, &data);
                 assert!(b.len() <= CAP);
             }
         }
         // Random CHLOs.
         for _ in 0..3000 {
-            let len = (rng.next() % 300) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
+            let len = rng.below(300);
+            let mut b = rng.bytes(len);
             if b.len() >= 4 {
                 b[..4].copy_from_slice(b"CHLO");
             }

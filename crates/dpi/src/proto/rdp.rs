@@ -6,8 +6,8 @@
 //! e.g. S7comm on port 102, send COTP parameters there). The cookie line goes to
 //! `meta.banner`.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 const COOKIE: &[u8] = b"Cookie: ";
 const RDP_PORT: u16 = 3389;
@@ -35,7 +35,7 @@ fn is_neg(v: &[u8], kind: u8) -> bool {
     matches!(v, [t, _, 8, 0, ..] if *t == kind)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     if d.first() != Some(&3) || p.index > 1 {
         return Verdict::No;
@@ -75,20 +75,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], from_client: bool, index: u8, server_port: u16) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 52494,
-            server_port,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // rdp.pcap frame 4 (X.224 CR with rdpNegReq) and frame 5 (CC with rdpNegRsp).
     const CR: &str = "030000130ee00000000000010008000b000000";
@@ -96,21 +83,21 @@ mod tests {
 
     #[test]
     fn rdp_pcap() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(CR), true, 0, 3389), &mut f),
+            detect(&tcp(52494, 3389).pkt(&hex(CR), true, 0), &mut f),
             Proto::RDP.is(true)
         );
         assert_eq!(f.meta.banner, None);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(CC), false, 0, 3389), &mut f),
+            detect(&tcp(52494, 3389).pkt(&hex(CC), false, 0), &mut f),
             Proto::RDP.is(true)
         );
         // The same on another port.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(CR), true, 0, 13389), &mut f),
+            detect(&tcp(52494, 13389).pkt(&hex(CR), true, 0), &mut f),
             Proto::RDP.is(true)
         );
     }
@@ -120,9 +107,9 @@ mod tests {
         // MS-RDPBCGR 4.1.1 example: CR with cookie "mstshash=eltons" and rdpNegReq.
         let cr = hex("0300002c27e00000000000436f6f6b69653a206d737473686173683d656c746f6e730d0a0100080000000000");
         assert_eq!(cr.len(), 44);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&cr, true, 0, 3389), &mut f),
+            detect(&tcp(52494, 3389).pkt(&cr, true, 0), &mut f),
             Proto::RDP.is(true)
         );
         assert_eq!(f.meta.banner.as_deref(), Some("Cookie: mstshash=eltons"));
@@ -142,50 +129,46 @@ mod tests {
             (hex("16030100a8010000a403035cef9e29f7"), true),
             (hex("0000002fff534d4272000000001805d8"), true),
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&d, c, 0, 102), &mut f), Verdict::No, "{d:02x?}");
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&tcp(52494, 102).pkt(&d, c, 0), &mut f),
+                Verdict::No,
+                "{d:02x?}"
+            );
         }
         // Empty CR on port 102 is not RDP, on 3389 it is.
         let bare = hex("0300000b06e00000000000");
         assert_eq!(
-            detect(&pkt(&bare, true, 0, 102), &mut FlowDpi::default()),
+            detect(&tcp(52494, 102).pkt(&bare, true, 0), &mut Flow::default()),
             Verdict::No
         );
         assert_eq!(
-            detect(&pkt(&bare, true, 0, 3389), &mut FlowDpi::default()),
+            detect(&tcp(52494, 3389).pkt(&bare, true, 0), &mut Flow::default()),
             Proto::RDP.is(true)
         );
     }
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [CR, CC].iter().map(|h| hex(h)).collect();
-        samples.push(hex(
-            "0300002c27e00000000000436f6f6b69653a206d737473686173683d656c746f6e73",
-        ));
-        let mut seed = 0x0f0f_1234u32;
-        for n in 0..200 {
-            let mut v: Vec<u8> = (0..n % 48)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            if v.len() > 5 {
-                v[0] = 3;
-                v[1] = 0;
-                v[5] = if n % 2 == 0 { 0xe0 } else { 0xd0 };
-            }
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                for c in [true, false] {
-                    let _ = detect(&pkt(&s[..n], c, 0, 3389), &mut FlowDpi::default());
+        // Random bytes with a TPKT version and an X.224 CR or CC code.
+        let mut rng = Rng::new(0x0f0f_1234);
+        let random: Vec<Vec<u8>> = (0..200)
+            .map(|n| {
+                let mut v = rng.bytes(n % 48);
+                if v.len() > 5 {
+                    v[0] = 3;
+                    v[1] = 0;
+                    v[5] = if n % 2 == 0 { 0xe0 } else { 0xd0 };
                 }
-            }
-        }
+                v
+            })
+            .collect();
+        Fuzz::new(&[tcp(52494, 3389)])
+            .seeds([CR, CC].map(hex))
+            .seeds([hex(
+                "0300002c27e00000000000436f6f6b69653a206d737473686173683d656c746f6e73",
+            )])
+            .payloads(random)
+            .run(detect);
     }
 }

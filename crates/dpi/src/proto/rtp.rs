@@ -11,17 +11,13 @@
 //! Like nDPI, flows towards a port below 1024 are left alone. STUN is tried before this
 //! detector, so WebRTC/ICE flows that start with STUN are never claimed here.
 //!
-//! `Scratch::state[1]` keeps the first packet of a pair:
-//! * bit 31: a packet is recorded; bit 30: it went client → server; bit 29: it was RTCP;
-//! * bits 16..=28: the low 13 bits of its SSRC;
-//! * bits 0..=15: its RTP sequence number (0 for RTCP).
+//! `Scratch::rtp` keeps the first packet of a pair ([`RtpFirst`]: direction, RTP or RTCP, the
+//! low 13 bits of its SSRC, its sequence number).
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, RtpFirst, Verdict};
 
-const VALID: u32 = 1 << 31;
-const FROM_CLIENT: u32 = 1 << 30;
-const IS_RTCP: u32 = 1 << 29;
+/// The bits of the SSRC compared between the two packets of a pair.
 const SSRC_MASK: u32 = 0x1fff;
 
 /// Largest sequence number step accepted between the two packets (losses, reordering).
@@ -97,15 +93,16 @@ fn rtcp_header(d: &[u8]) -> Option<u32> {
     be32(d, 4)
 }
 
-fn record(from_client: bool, rtcp: bool, ssrc: u32, seq: u16) -> u32 {
-    VALID
-        | if from_client { FROM_CLIENT } else { 0 }
-        | if rtcp { IS_RTCP } else { 0 }
-        | ((ssrc & SSRC_MASK) << 16)
-        | u32::from(seq)
+fn record(from_client: bool, rtcp: bool, ssrc: u32, seq: u16) -> RtpFirst {
+    RtpFirst {
+        from_client,
+        rtcp,
+        ssrc_low: (ssrc & SSRC_MASK) as u16,
+        seq,
+    }
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let b0 = match d.first() {
         Some(&b) => b,
@@ -131,23 +128,23 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
         return Verdict::No;
     };
     let now = record(p.from_client, rtcp, ssrc, seq);
-    let prev = f.scratch.state[1];
-    let same_stream =
-        prev & VALID != 0 && (prev ^ now) & (FROM_CLIENT | IS_RTCP | (SSRC_MASK << 16)) == 0;
-    if same_stream {
+    let prev = f.scratch.rtp;
+    if let Some(prev) = prev.filter(|p| {
+        p.from_client == now.from_client && p.rtcp == now.rtcp && p.ssrc_low == now.ssrc_low
+    }) {
         if rtcp {
             return Proto::RTCP.is(true);
         }
-        let step = seq.wrapping_sub(prev as u16);
+        let step = seq.wrapping_sub(prev.seq);
         if (1..=MAX_SEQ_STEP).contains(&step) {
             return Proto::RTP.is(true);
         }
     }
     // First packet of a direction, or a new stream: (re)start from this one, unless the other
     // direction is waiting for its second packet.
-    let other_dir = prev & VALID != 0 && (prev ^ now) & FROM_CLIENT != 0;
+    let other_dir = prev.is_some_and(|p| p.from_client != now.from_client);
     if !other_dir {
-        f.scratch.state[1] = now;
+        f.scratch.rtp = Some(now);
     }
     Verdict::Unsure
 }
@@ -155,20 +152,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], from_client: bool, index: u8, server_port: u16) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Udp,
-            from_client,
-            client_port: 30000,
-            server_port,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // sip.pcap frames 95, 96 (PCMA, flow 192.168.1.2:30000 -> :40392, nDPI: RTP), first bytes.
     const SIP_95: &str = "80086fae000004d83796cb71d5d5d5d5d5d5d5d5d5d5d5d5";
@@ -185,40 +169,40 @@ mod tests {
 
     #[test]
     fn sip_pcap_rtp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SIP_95), true, 0, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&hex(SIP_95), true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(SIP_96), true, 1, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&hex(SIP_96), true, 1), &mut f),
             Proto::RTP.is(true)
         );
     }
 
     #[test]
     fn rtp_pcapng() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(RTP_7), true, 0, 6000), &mut f),
+            detect(&udp(30000, 6000).pkt(&hex(RTP_7), true, 0), &mut f),
             Verdict::Unsure
         );
         // Sequence 0x0116 -> 0x011a: four ahead.
         assert_eq!(
-            detect(&pkt(&hex(RTP_11), true, 1, 6000), &mut f),
+            detect(&udp(30000, 6000).pkt(&hex(RTP_11), true, 1), &mut f),
             Proto::RTP.is(true)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(RTP_83), true, 0, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_83), true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(RTP_84), true, 1, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_84), true, 1), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(RTP_85), true, 2, 6008), &mut f),
+            detect(&udp(30000, 6008).pkt(&hex(RTP_85), true, 2), &mut f),
             Proto::RTP.is(true)
         );
     }
@@ -227,11 +211,14 @@ mod tests {
     fn rtcp() {
         let sr = hex(SIP_104);
         assert_eq!(rtcp_header(&sr), Some(0x3796_cb71));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // One RTCP packet is not enough (nDPI leaves this single-packet flow Unknown).
-        assert_eq!(detect(&pkt(&sr, true, 0, 40393), &mut f), Verdict::Unsure);
         assert_eq!(
-            detect(&pkt(&sr, true, 1, 40393), &mut f),
+            detect(&udp(30000, 40393).pkt(&sr, true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40393).pkt(&sr, true, 1), &mut f),
             Proto::RTCP.is(true)
         );
         // A length field running past the payload.
@@ -245,20 +232,32 @@ mod tests {
         // Different SSRCs, or a sequence jump, do not confirm.
         let a = hex(SIP_95);
         let b = hex(RTP_11);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 40392), &mut f), Verdict::Unsure);
-        assert_eq!(detect(&pkt(&b, true, 1, 40392), &mut f), Verdict::Unsure);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 40392), &mut f), Verdict::Unsure);
-        assert_eq!(detect(&pkt(&a, true, 1, 40392), &mut f), Verdict::Unsure);
-        // The other direction does not confirm either.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(SIP_95), true, 0, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&a, true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(SIP_96), false, 1, 40392), &mut f),
+            detect(&udp(30000, 40392).pkt(&b, true, 1), &mut f),
+            Verdict::Unsure
+        );
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&a, true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&a, true, 1), &mut f),
+            Verdict::Unsure
+        );
+        // The other direction does not confirm either.
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&hex(SIP_95), true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(
+            detect(&udp(30000, 40392).pkt(&hex(SIP_96), false, 1), &mut f),
             Verdict::Unsure
         );
         // A DNS query, a QUIC long header (0xc0), a SIP request: No at once.
@@ -267,26 +266,32 @@ mod tests {
             hex("c000000001088394c8f03e5157080000"),
             b"REGISTER sip:sip.cybercity.dk SIP/2.0\r\n".to_vec(),
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&d, true, 0, 5000), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&udp(30000, 5000).pkt(&d, true, 0), &mut f),
+                Verdict::No
+            );
         }
         // Payload type 72..=95 is neither RTP nor RTCP's 200..=204.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(
-                &pkt(&hex("80500001000000000000000100000000"), true, 0, 5000),
+                &udp(30000, 5000).pkt(&hex("80500001000000000000000100000000"), true, 0),
                 &mut f
             ),
             Verdict::No
         );
         // Towards a well-known port.
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&a, true, 0, 53), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(30000, 53).pkt(&a, true, 0), &mut f),
+            Verdict::No
+        );
         // CSRC count past the payload.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
             detect(
-                &pkt(&hex("8f080001000000000000000100000000"), true, 0, 5000),
+                &udp(30000, 5000).pkt(&hex("8f080001000000000000000100000000"), true, 0),
                 &mut f
             ),
             Verdict::No
@@ -295,38 +300,27 @@ mod tests {
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [SIP_95, SIP_96, SIP_104, RTP_7, RTP_11, RTP_83, RTP_84]
-            .iter()
-            .map(|h| hex(h))
+        // Random bytes with version 2, a third of them with an RTCP packet type.
+        let mut rng = Rng::new(0x2545_f491);
+        let random: Vec<Vec<u8>> = (0..300)
+            .map(|n| {
+                let mut v = rng.bytes(n % 64);
+                if let Some(b) = v.first_mut() {
+                    *b = 0x80 | (*b & 0x3f);
+                }
+                if n % 3 == 0 {
+                    if let Some(b) = v.get_mut(1) {
+                        *b = 200 + (*b % 5);
+                    }
+                }
+                v
+            })
             .collect();
-        samples.push(hex("90080001000000000000000100ffffff"));
-        let mut seed = 0x2545_f491u32;
-        for n in 0..300 {
-            let mut v: Vec<u8> = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            if let Some(b) = v.first_mut() {
-                *b = 0x80 | (*b & 0x3f);
-            }
-            if n % 3 == 0 {
-                if let Some(b) = v.get_mut(1) {
-                    *b = 200 + (*b % 5);
-                }
-            }
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                let mut f = FlowDpi::default();
-                for i in 0..3 {
-                    let _ = detect(&pkt(&s[..n], i != 1, i, 5000), &mut f);
-                }
-            }
-        }
+        Fuzz::new(&[udp(30000, 5000)])
+            .seeds([SIP_95, SIP_96, SIP_104, RTP_7, RTP_11, RTP_83, RTP_84].map(hex))
+            .seeds([hex("90080001000000000000000100ffffff")])
+            .flow(vec![(true, hex(RTP_83)), (true, hex(RTP_84))])
+            .payloads(random)
+            .run(detect);
     }
 }

@@ -4,8 +4,8 @@
 //! `meta.server_name`. Keep-alives (CRLFs, as RFC 5626 sends them) before the first message
 //! leave the flow undecided.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict};
 
 const METHODS: &[&[u8]] = &[
     b"INVITE",
@@ -96,7 +96,7 @@ fn uri_host(uri: &[u8]) -> Option<&[u8]> {
     ok.then_some(host)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     let first = match d.first() {
         Some(&b) => b,
@@ -140,20 +140,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::L4;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], l4: L4, from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4,
-            from_client,
-            client_port: 5060,
-            server_port: 5060,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // sip.pcap frame 1 (first 120 bytes of the REGISTER) and frame 2 (first 60 bytes of the 401).
     const REGISTER: &str = "5245474953544552207369703a7369702e6379626572636974792e646b205349502f322e300d0a5669613a205349502f322e302f554450203139322e3136382e312e323b6272616e63683d7a39684734624b6e703135313234383733372d34366561373135653139322e3136382e312e323b72706f72740d0a";
@@ -163,23 +150,32 @@ mod tests {
 
     #[test]
     fn sip_pcap() {
-        let mut f = FlowDpi::default();
-        let v = detect(&pkt(&hex(REGISTER), L4::Udp, true, 0), &mut f);
+        let mut f = Flow::default();
+        let v = detect(
+            &ends(L4::Udp, 5060, 5060).pkt(&hex(REGISTER), true, 0),
+            &mut f,
+        );
         assert_eq!(v, Proto::SIP.is(true));
         assert_eq!(
             f.meta.banner.as_deref(),
             Some("REGISTER sip:sip.cybercity.dk SIP/2.0")
         );
         assert_eq!(f.meta.server_name.as_deref(), Some("sip.cybercity.dk"));
-        let mut f = FlowDpi::default();
-        let v = detect(&pkt(&hex(UNAUTHORIZED), L4::Udp, false, 0), &mut f);
+        let mut f = Flow::default();
+        let v = detect(
+            &ends(L4::Udp, 5060, 5060).pkt(&hex(UNAUTHORIZED), false, 0),
+            &mut f,
+        );
         assert_eq!(v, Proto::SIP.is(true));
         assert_eq!(f.meta.banner.as_deref(), Some("SIP/2.0 401 Unauthorized"));
         assert_eq!(f.meta.server_name, None);
         // Same over TCP.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&hex(REGISTER), L4::Tcp, true, 0), &mut f),
+            detect(
+                &ends(L4::Tcp, 5060, 5060).pkt(&hex(REGISTER), true, 0),
+                &mut f
+            ),
             Proto::SIP.is(true)
         );
     }
@@ -197,10 +193,10 @@ mod tests {
         assert_eq!(uri_host(b"sip:10.0.0.1:5060"), Some(&b"10.0.0.1"[..]));
         assert_eq!(uri_host(b"tel:+1-201-555-0123"), None);
         assert_eq!(uri_host(b"sip:"), None);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let inv = b"INVITE tel:+12015550123 SIP/2.0\r\n";
         assert_eq!(
-            detect(&pkt(inv, L4::Udp, true, 0), &mut f),
+            detect(&ends(L4::Udp, 5060, 5060).pkt(inv, true, 0), &mut f),
             Proto::SIP.is(true)
         );
         assert_eq!(f.meta.server_name, None);
@@ -208,13 +204,16 @@ mod tests {
 
     #[test]
     fn keepalive_then_request() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(b"\r\n\r\n", L4::Tcp, true, 0), &mut f),
+            detect(&ends(L4::Tcp, 5060, 5060).pkt(b"\r\n\r\n", true, 0), &mut f),
             Verdict::Unsure
         );
         assert_eq!(
-            detect(&pkt(&hex(REGISTER), L4::Tcp, true, 1), &mut f),
+            detect(
+                &ends(L4::Tcp, 5060, 5060).pkt(&hex(REGISTER), true, 1),
+                &mut f
+            ),
             Proto::SIP.is(true)
         );
     }
@@ -230,9 +229,9 @@ mod tests {
             b"SIP/2.0\r\n".to_vec(),
             b"INVITE sip:x SIP/2.1\r\n".to_vec(),
         ] {
-            let mut f = FlowDpi::default();
+            let mut f = Flow::default();
             assert_eq!(
-                detect(&pkt(&d, L4::Udp, true, 0), &mut f),
+                detect(&ends(L4::Udp, 5060, 5060).pkt(&d, true, 0), &mut f),
                 Verdict::No,
                 "{d:?}"
             );
@@ -242,31 +241,15 @@ mod tests {
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [REGISTER, UNAUTHORIZED, RTP_95]
-            .iter()
-            .map(|h| hex(h))
-            .collect();
-        samples.push(b"INVITE sips:[::1 SIP/2.0".to_vec());
-        samples.push(b"BYE sip:@;x SIP/2.0\r\n".to_vec());
-        let mut seed = 0xdead_beefu32;
-        for n in 0..200 {
-            let v = (0..n % 64)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                for i in [0, 5] {
-                    let mut f = FlowDpi::default();
-                    let _ = detect(&pkt(&s[..n], L4::Udp, true, i), &mut f);
-                }
-            }
-        }
+        let mut rng = Rng::new(0xdead_beef);
+        let random: Vec<Vec<u8>> = (0..200).map(|n| rng.bytes(n % 64)).collect();
+        Fuzz::new(&[ends(L4::Udp, 5060, 5060)])
+            .seeds([REGISTER, UNAUTHORIZED, RTP_95].map(hex))
+            .seeds([
+                b"INVITE sips:[::1 SIP/2.0".to_vec(),
+                b"BYE sip:@;x SIP/2.0\r\n".to_vec(),
+            ])
+            .payloads(random)
+            .run(detect);
     }
 }

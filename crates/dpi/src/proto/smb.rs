@@ -9,8 +9,8 @@
 //! (`10.16/NetBIOS.SMBv1`, `10.41/NetBIOS.SMBv23`); the detector sets `f.l7.app` and answers
 //! with `Proto::NETBIOS`.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict};
 
 /// Smallest SMB header after the 4-byte NetBIOS header: SMBv1 32 bytes, SMB2 64, transform 52.
 fn min_len(kind: u8) -> usize {
@@ -34,7 +34,7 @@ fn is_session_request(d: &[u8]) -> bool {
         && d.get(37) == Some(&0)
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let d = p.payload;
     match d.first() {
         Some(0) => {}
@@ -69,20 +69,9 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::L4;
+    use crate::proto::testkit::*;
 
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(d: &[u8], index: u8) -> Pkt<'_> {
-        Pkt {
-            payload: d,
-            l4: L4::Tcp,
-            from_client: true,
-            client_port: 50927,
-            server_port: 445,
-            index,
-        }
-    }
+    const SMB: Ends = tcp(50927, 445);
 
     // smbv1.pcap frame 1 (Negotiate Protocol request, first 48 of 137 bytes: cut payload).
     const V1: &str = "00000085ff534d4272000000001853c00000000000000000000000000000fffe00004000006200025043204e4554574f";
@@ -98,15 +87,21 @@ mod tests {
             (V1_FRAGS, Proto::SMBV1),
             (V2, Proto::SMBV23),
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&hex(h), 0), &mut f), Proto::NETBIOS.is(true));
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&SMB.pkt(&hex(h), true, 0), &mut f),
+                Proto::NETBIOS.is(true)
+            );
             assert_eq!(f.l7.app, app);
         }
         // Transform header (encrypted SMB3).
         let mut t = hex("00000040fd534d42");
         t.resize(68, 0);
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&t, 0), &mut f), Proto::NETBIOS.is(true));
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&SMB.pkt(&t, true, 0), &mut f),
+            Proto::NETBIOS.is(true)
+        );
         assert_eq!(f.l7.app, Proto::SMBV23);
     }
 
@@ -114,13 +109,19 @@ mod tests {
     fn session_request() {
         // netbios.pcap: session request from 10.19.71.184:55489 to :139 (nDPI: NetBIOS).
         let d = hex("8100004420454a4543454a45474549464244424442464846444441444344444341434143410020464345504644454745494642444144484648464444414441444543414341414100");
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&d, 0), &mut f), Proto::NETBIOS.is(true));
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&SMB.pkt(&d, true, 0), &mut f),
+            Proto::NETBIOS.is(true)
+        );
         assert_eq!(f.l7.app, Proto::UNKNOWN);
         // A broken name.
         let mut bad = d.clone();
         bad[10] = b'z';
-        assert_eq!(detect(&pkt(&bad, 0), &mut FlowDpi::default()), Verdict::No);
+        assert_eq!(
+            detect(&SMB.pkt(&bad, true, 0), &mut Flow::default()),
+            Verdict::No
+        );
     }
 
     #[test]
@@ -137,47 +138,41 @@ mod tests {
             // Right magic, impossible length.
             hex("00000004ff534d4272000000"),
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(&d, 0), &mut f), Verdict::No, "{d:02x?}");
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&SMB.pkt(&d, true, 0), &mut f),
+                Verdict::No,
+                "{d:02x?}"
+            );
             assert_eq!(f.l7.app, Proto::UNKNOWN);
         }
         // Cut NetBIOS header on the first packet: undecided.
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&hex("00000085ff"), 0), &mut f), Verdict::Unsure);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&SMB.pkt(&hex("00000085ff"), true, 0), &mut f),
+            Verdict::Unsure
+        );
     }
 
     #[test]
     fn never_panics() {
-        let mut samples: Vec<Vec<u8>> = [V1, V1_FRAGS, V2].iter().map(|h| hex(h)).collect();
-        samples.push(hex(
-            "8100004420454a4543454a45474549464244424442464846444441444344444341434143410020",
-        ));
-        let mut seed = 0x1357_9bdfu32;
-        for n in 0..200 {
-            let mut v: Vec<u8> = (0..n % 80)
-                .map(|_| {
-                    seed ^= seed << 13;
-                    seed ^= seed >> 17;
-                    seed ^= seed << 5;
-                    (seed & 0xff) as u8
-                })
-                .collect();
-            if let Some(b) = v.first_mut() {
-                *b = 0;
-            }
-            samples.push(v);
-        }
-        for s in &samples {
-            for n in 0..=s.len() {
-                for i in [0, 3] {
-                    let _ = detect(&pkt(&s[..n], i), &mut FlowDpi::default());
-                    let mut t = s[..n].to_vec();
-                    if let Some(b) = t.first_mut() {
-                        *b = 0x81;
-                    }
-                    let _ = detect(&pkt(&t, i), &mut FlowDpi::default());
+        // Random bytes after a NetBIOS session message type (0) or session request (0x81).
+        let mut rng = Rng::new(0x1357_9bdf);
+        let random: Vec<Vec<u8>> = (0..400)
+            .map(|n| {
+                let mut v = rng.bytes(n / 2 % 80);
+                if let Some(b) = v.first_mut() {
+                    *b = if n % 2 == 0 { 0 } else { 0x81 };
                 }
-            }
-        }
+                v
+            })
+            .collect();
+        Fuzz::new(&[SMB])
+            .seeds([V1, V1_FRAGS, V2].map(hex))
+            .seeds([hex(
+                "8100004420454a4543454a45474549464244424442464846444441444344444341434143410020",
+            )])
+            .payloads(random)
+            .run(detect);
     }
 }

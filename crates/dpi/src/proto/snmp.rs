@@ -8,8 +8,8 @@
 //! `msgGlobalData` SEQUENCE starting with `INTEGER msgID`. The outer length must match the
 //! datagram exactly, except on ports 161/162 where a capture may have cut it.
 
-use crate::engine::FlowDpi;
-use crate::{Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{Flow, Pkt, Verdict, L4};
 
 /// Longest community string accepted.
 const MAX_COMMUNITY: usize = 128;
@@ -82,7 +82,7 @@ fn valid(p: &Pkt<'_>) -> bool {
     }
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if p.l4 != L4::Udp || p.payload.first() != Some(&0x30) {
         return Verdict::No;
     }
@@ -96,19 +96,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], cport: u16, sport: u16) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Udp,
-            from_client: true,
-            client_port: cport,
-            server_port: sport,
-            index: 0,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // snmp.pcap frames 1 (v1 GetNextRequest), 6 (v2c GetResponse), 17 (v3 discovery).
     const V1: &str =
@@ -121,8 +109,12 @@ mod tests {
         for h in [V1, V2C, V3] {
             let b = hex(h);
             for (c, s) in [(43015, 161), (4000, 5000)] {
-                let mut f = FlowDpi::default();
-                assert_eq!(detect(&pkt(&b, c, s), &mut f), Proto::SNMP.is(true), "{h}");
+                let mut f = Flow::default();
+                assert_eq!(
+                    detect(&udp(c, s).pkt(&b, true, 0), &mut f),
+                    Proto::SNMP.is(true),
+                    "{h}"
+                );
             }
         }
     }
@@ -131,14 +123,20 @@ mod tests {
     fn cut_only_on_snmp_ports() {
         let b = hex(V2C);
         let cut = &b[..b.len() - 5];
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(cut, 43015, 161), &mut f), Proto::SNMP.is(true));
-        assert_eq!(detect(&pkt(cut, 4000, 5000), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(43015, 161).pkt(cut, true, 0), &mut f),
+            Proto::SNMP.is(true)
+        );
+        assert_eq!(
+            detect(&udp(4000, 5000).pkt(cut, true, 0), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]
     fn not_snmp() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         // Version 2 does not exist; a length that lies; a DNS query (dns.pcap frame 4).
         let mut v2 = hex(V1);
         v2[4] = 2;
@@ -146,34 +144,28 @@ mod tests {
         lie[1] = 0x30;
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
         for b in [&v2[..], &lie[..], &dns[..], &hex(V1)[..3]] {
-            assert_eq!(detect(&pkt(b, 4000, 5000), &mut f), Verdict::No);
+            assert_eq!(
+                detect(&udp(4000, 5000).pkt(b, true, 0), &mut f),
+                Verdict::No
+            );
         }
     }
 
     #[test]
     fn never_panics() {
-        for h in [V1, V2C, V3] {
-            let b = hex(h);
-            for n in 0..=b.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&b[..n], 4000, 161), &mut f);
-                let _ = detect(&pkt(&b[..n], 4000, 5000), &mut f);
-            }
-        }
-        let mut x: u32 = 0x2468_ace1;
-        let mut buf = [0u8; 120];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            buf[..5].copy_from_slice(&[0x30, 0x82, 0x00, 0x40, 0x02]);
-            buf[5] = 1;
-            buf[6] = (round % 4) as u8;
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&buf[..round % 120], 4000, 161), &mut f);
-        }
+        // A SEQUENCE with a version INTEGER (0..=3) and random bytes after.
+        let mut rng = Rng::new(0x2468_ace1);
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|round| {
+                let mut b = rng.bytes(120);
+                b[..7].copy_from_slice(&[0x30, 0x82, 0x00, 0x40, 0x02, 1, (round % 4) as u8]);
+                b.truncate(round % 120);
+                b
+            })
+            .collect();
+        Fuzz::new(&[udp(4000, 161), udp(4000, 5000)])
+            .seeds([V1, V2C, V3].map(hex))
+            .payloads(random)
+            .run(detect);
     }
 }

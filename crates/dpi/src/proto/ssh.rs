@@ -11,9 +11,8 @@
 //! not reassemble: a KEXINIT whose first four name-lists are cut by the segment end gives no
 //! HASSH for that side. Done when both HASSH are known, or when neither can come any more.
 
-use crate::engine::FlowDpi;
-
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 use md5::{Digest, Md5};
 
 /// SSH_MSG_KEXINIT.
@@ -109,7 +108,7 @@ fn hassh(lists: &[&[u8]; 8], server: bool) -> String {
     s
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -168,19 +167,9 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::testkit::*;
 
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 58395,
-            server_port: 22,
-            index,
-        }
-    }
+    const SSH: Ends = tcp(58395, 22);
 
     // ssh.pcap frames 4 (server banner), 6 (client banner), 8 (client KEXINIT), 10 (server
     // KEXINIT).
@@ -191,7 +180,7 @@ mod tests {
 
     #[test]
     fn banners_and_hassh() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let seq = [
             (hex(SRV_BANNER), false, Proto::SSH.is(false)),
             (hex(CLI_BANNER), true, Proto::SSH.is(false)),
@@ -199,7 +188,11 @@ mod tests {
             (hex(SRV_KEX), false, Proto::SSH.is(true)),
         ];
         for (i, (b, from_client, want)) in seq.iter().enumerate() {
-            assert_eq!(detect(&pkt(b, *from_client, i as u8), &mut f), *want, "{i}");
+            assert_eq!(
+                detect(&SSH.pkt(b, *from_client, i as u8), &mut f),
+                *want,
+                "{i}"
+            );
         }
         // tshark -e ssh.protocol -e ssh.kex.hassh -e ssh.kex.hasshserver; nDPI's HASSH-C/-S.
         let s = f.meta.ssh.as_ref().unwrap();
@@ -217,13 +210,19 @@ mod tests {
 
     #[test]
     fn kexinit_in_banner_segment() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut cli = hex(CLI_BANNER);
         cli.extend(hex(CLI_KEX));
         let mut srv = hex(SRV_BANNER);
         srv.extend(hex(SRV_KEX));
-        assert_eq!(detect(&pkt(&cli, true, 0), &mut f), Proto::SSH.is(false));
-        assert_eq!(detect(&pkt(&srv, false, 1), &mut f), Proto::SSH.is(true));
+        assert_eq!(
+            detect(&SSH.pkt(&cli, true, 0), &mut f),
+            Proto::SSH.is(false)
+        );
+        assert_eq!(
+            detect(&SSH.pkt(&srv, false, 1), &mut f),
+            Proto::SSH.is(true)
+        );
         let s = f.meta.ssh.as_ref().unwrap();
         assert_eq!(
             s.hassh_client.as_deref(),
@@ -237,27 +236,30 @@ mod tests {
 
     #[test]
     fn cut_kexinit_gives_up_that_side() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let kex = hex(CLI_KEX);
         assert_eq!(
-            detect(&pkt(&hex(SRV_BANNER), false, 0), &mut f),
+            detect(&SSH.pkt(&hex(SRV_BANNER), false, 0), &mut f),
             Proto::SSH.is(false)
         );
         assert_eq!(
-            detect(&pkt(&hex(CLI_BANNER), true, 1), &mut f),
+            detect(&SSH.pkt(&hex(CLI_BANNER), true, 1), &mut f),
             Proto::SSH.is(false)
         );
         assert_eq!(
-            detect(&pkt(&kex[..300], true, 2), &mut f),
+            detect(&SSH.pkt(&kex[..300], true, 2), &mut f),
             Proto::SSH.is(false)
         );
         assert_eq!(
-            detect(&pkt(&hex(SRV_KEX), false, 3), &mut f),
+            detect(&SSH.pkt(&hex(SRV_KEX), false, 3), &mut f),
             Proto::SSH.is(false)
         );
         // The client's next message (not a KEXINIT) ends the look.
         let next = hex("0000000c0a1e000000000000000000000000");
-        assert_eq!(detect(&pkt(&next, true, 4), &mut f), Proto::SSH.is(true));
+        assert_eq!(
+            detect(&SSH.pkt(&next, true, 4), &mut f),
+            Proto::SSH.is(true)
+        );
         let s = f.meta.ssh.as_ref().unwrap();
         assert!(s.hassh_client.is_none());
         assert!(s.hassh_server.is_some());
@@ -271,42 +273,43 @@ mod tests {
             b"220 mail ESMTP\r\n",
             &hex(CLI_KEX)[..],
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(b, true, 0), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(detect(&SSH.pkt(b, true, 0), &mut f), Verdict::No);
         }
     }
 
     #[test]
     fn never_panics() {
-        let samples = [hex(SRV_BANNER), hex(CLI_BANNER), hex(CLI_KEX), hex(SRV_KEX)];
+        // A KEXINIT header with random lists (a quarter of the bytes 0), after the banner.
+        let mut rng = Rng::new(0xdead_beef);
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|round| {
+                let mut b: Vec<u8> = (0..400)
+                    .map(|_| match rng.next() {
+                        x if x & 3 == 0 => 0,
+                        x => x as u8,
+                    })
+                    .collect();
+                b[..6].copy_from_slice(&[0, 0, 1, 0x80, 4, KEXINIT]);
+                b.truncate(round % 400);
+                b
+            })
+            .collect();
+        let mut after_banner = Flow::default();
+        let _ = detect(&SSH.pkt(&hex(CLI_BANNER), true, 0), &mut after_banner);
         let mut joined = hex(CLI_BANNER);
         joined.extend(hex(CLI_KEX));
-        for s in samples.iter().chain([&joined]) {
-            for n in 0..=s.len() {
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&s[..n], true, 0), &mut f);
-                let mut f = FlowDpi::default();
-                let _ = detect(&pkt(&hex(SRV_BANNER), false, 0), &mut f);
-                let _ = detect(&pkt(&s[..n], false, 1), &mut f);
-                let _ = detect(&pkt(&s[..n], true, 2), &mut f);
-            }
-        }
-        let mut x: u32 = 0xdead_beef;
-        let mut buf = [0u8; 400];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = if x & 3 == 0 { 0 } else { x as u8 };
-            }
-            // A KEXINIT header with random lists.
-            buf[..6].copy_from_slice(&[0, 0, 1, 0x80, 4, KEXINIT]);
-            let n = round % 400;
-            let mut f = FlowDpi::default();
-            let _ = detect(&pkt(&hex(CLI_BANNER), true, 0), &mut f);
-            let _ = detect(&pkt(&buf[..n], true, 1), &mut f);
-            let _ = detect(&pkt(&buf[..n], false, 2), &mut f);
-        }
+        Fuzz::new(&[SSH])
+            .seeds([SRV_BANNER, CLI_BANNER, CLI_KEX, SRV_KEX].map(hex))
+            .seeds([joined])
+            .flow(vec![
+                (false, hex(SRV_BANNER)),
+                (true, hex(CLI_BANNER)),
+                (true, hex(CLI_KEX)),
+                (false, hex(SRV_KEX)),
+            ])
+            .payloads(random)
+            .start(after_banner)
+            .run(detect);
     }
 }

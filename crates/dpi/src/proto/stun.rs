@@ -15,8 +15,8 @@
 //! nDPI. Telling which application a call belongs to is the service mapping's job, not this
 //! detector's.
 
-use crate::engine::FlowDpi;
-use crate::{wire_string, Pkt, Proto, Verdict, L4};
+use crate::ids::Proto;
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4};
 
 const MAGIC_COOKIE: [u8; 4] = [0x21, 0x12, 0xa4, 0x42];
 /// REALM attribute.
@@ -151,7 +151,7 @@ fn realm(m: &Message<'_>) -> Option<String> {
     None
 }
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let owned = f.l7.proto == Proto::STUN;
     // Cheap reject: a STUN message (or an RFC 4571 frame length of one) starts with 00..3f.
     if !owned && p.payload.first().is_none_or(|&c| c & 0xc0 != 0) {
@@ -183,19 +183,7 @@ fn is_dtls_record(d: &[u8]) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    pub(crate) use crate::proto::testutil::hex;
-
-    fn pkt(payload: &[u8], l4: L4, sport: u16, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4,
-            from_client: true,
-            client_port: 41588,
-            server_port: sport,
-            index,
-        }
-    }
+    use crate::proto::testkit::*;
 
     // stun.pcap frame 3: TCP, RFC 4571 framed Binding request (Skype/Teams), port 42000.
     const TCP_FRAMED: &str = "0068000100542112a442f3439453b698fb2950bb06ed000600092f7049303a546f4564000000002400046e6bfcff80290008000000000004c2d18054000132000000807000040000000300080014fe92876ad46d7b797d42eb8d79a805faf31d72d1802800040200fc47";
@@ -207,15 +195,15 @@ mod tests {
     #[test]
     fn tcp_framed_binding() {
         let b = hex(TCP_FRAMED);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&b, L4::Tcp, 42000, 0), &mut f),
+            detect(&ends(L4::Tcp, 41588, 42000).pkt(&b, true, 0), &mut f),
             Proto::STUN.is(false)
         );
         // Split across segments: the first part alone is still a STUN message start.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&b[..40], L4::Tcp, 42000, 0), &mut f),
+            detect(&ends(L4::Tcp, 41588, 42000).pkt(&b[..40], true, 0), &mut f),
             Proto::STUN.is(false)
         );
     }
@@ -223,16 +211,16 @@ mod tests {
     #[test]
     fn udp_binding_then_realm() {
         let b = hex(UDP_BINDING);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&b, L4::Udp, 3478, 0), &mut f),
+            detect(&ends(L4::Udp, 41588, 3478).pkt(&b, true, 0), &mut f),
             Proto::STUN.is(false)
         );
         f.l7.proto = Proto::STUN; // the engine's doing on `Is`
         let r = hex(UDP_REALM);
         // The realm is read; the detector stays on to see whether DTLS follows.
         assert_eq!(
-            detect(&pkt(&r, L4::Udp, 3478, 1), &mut f),
+            detect(&ends(L4::Udp, 41588, 3478).pkt(&r, true, 1), &mut f),
             Proto::STUN.is(false)
         );
         // nDPI's Hostname/SNI and tshark's stun.att.realm.
@@ -241,7 +229,7 @@ mod tests {
         let mut dtls = vec![0x16, 0xfe, 0xfd, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0x40];
         dtls.extend_from_slice(&[0u8; 64]);
         assert_eq!(
-            detect(&pkt(&dtls, L4::Udp, 3478, 2), &mut f),
+            detect(&ends(L4::Udp, 41588, 3478).pkt(&dtls, true, 2), &mut f),
             Proto::DTLS.is(true)
         );
     }
@@ -252,15 +240,18 @@ mod tests {
     #[test]
     fn whatsapp_unaligned_length() {
         let b = hex(WHATSAPP_ALLOCATE);
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&b, L4::Udp, 3478, 0), &mut f),
+            detect(&ends(L4::Udp, 41588, 3478).pkt(&b, true, 0), &mut f),
             Proto::STUN.is(false)
         );
         // One byte less and the length no longer matches.
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&b[..b.len() - 1], L4::Udp, 3478, 0), &mut f),
+            detect(
+                &ends(L4::Udp, 41588, 3478).pkt(&b[..b.len() - 1], true, 0),
+                &mut f
+            ),
             Verdict::No
         );
     }
@@ -269,58 +260,51 @@ mod tests {
     fn classic_only_on_stun_ports() {
         // zoom.pcap frame 46: cookie-less Binding request to port 3478 (nDPI: STUN.Zoom).
         let classic = hex("00010018c15dae63585d14392e582c260403bf30010100143132333435363738393031323334353637383900");
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&classic, L4::Udp, 3478, 0), &mut f),
+            detect(&ends(L4::Udp, 41588, 3478).pkt(&classic, true, 0), &mut f),
             Proto::STUN.is(false)
         );
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         assert_eq!(
-            detect(&pkt(&classic, L4::Udp, 9999, 0), &mut f),
+            detect(&ends(L4::Udp, 41588, 9999).pkt(&classic, true, 0), &mut f),
             Verdict::No
         );
     }
 
     #[test]
     fn not_stun() {
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let mut bad_len = hex(UDP_BINDING);
         bad_len[3] ^= 0x04;
         let dns = hex("784301000001000000000000026537087768617473617070036e65740000010001");
         let ntp = hex("1b000000000000000000000000000000000000000000000000000000000000000000000000000000e1fcd68ee3126ecc");
         for b in [&bad_len[..], &dns[..], &ntp[..], &hex(UDP_BINDING)[..19]] {
-            assert_eq!(detect(&pkt(b, L4::Udp, 3478, 0), &mut f), Verdict::No);
+            assert_eq!(
+                detect(&ends(L4::Udp, 41588, 3478).pkt(b, true, 0), &mut f),
+                Verdict::No
+            );
         }
     }
 
     #[test]
     fn never_panics() {
-        for h in [TCP_FRAMED, UDP_BINDING, UDP_REALM, WHATSAPP_ALLOCATE] {
-            let b = hex(h);
-            for n in 0..=b.len() {
-                for l4 in [L4::Udp, L4::Tcp] {
-                    let mut f = FlowDpi::default();
-                    let _ = detect(&pkt(&b[..n], l4, 3478, 0), &mut f);
-                    f.l7.proto = Proto::STUN;
-                    let _ = detect(&pkt(&b[..n], l4, 3478, 1), &mut f);
-                }
-            }
-        }
-        let mut x: u32 = 0x5555_aaaa;
-        let mut buf = [0u8; 200];
-        for round in 0..3000 {
-            for b in buf.iter_mut() {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                *b = x as u8;
-            }
-            let n = 20 + (round % 180);
-            buf[..8].copy_from_slice(&[0x01, 0x13, 0, (n - 20) as u8, 0x21, 0x12, 0xa4, 0x42]);
-            let mut f = FlowDpi::default();
-            f.l7.proto = Proto::STUN;
-            let _ = detect(&pkt(&buf[..n], L4::Udp, 3478, 1), &mut f);
-            let _ = detect(&pkt(&buf[..n], L4::Tcp, 3478, 1), &mut f);
-        }
+        // A binding-response-like header whose length matches, with random attributes.
+        let mut rng = Rng::new(0x5555_aaaa);
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|round| {
+                let n = 20 + (round % 180);
+                let mut b = rng.bytes(n);
+                b[..8].copy_from_slice(&[0x01, 0x13, 0, (n - 20) as u8, 0x21, 0x12, 0xa4, 0x42]);
+                b
+            })
+            .collect();
+        let mut owned = Flow::default();
+        owned.l7.proto = Proto::STUN;
+        Fuzz::new(&[udp(41588, 3478), tcp(41588, 3478)])
+            .seeds([TCP_FRAMED, UDP_BINDING, UDP_REALM, WHATSAPP_ALLOCATE].map(hex))
+            .payloads(random)
+            .start(owned)
+            .run(detect);
     }
 }

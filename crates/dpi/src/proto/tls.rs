@@ -11,9 +11,9 @@
 //!
 //! The ClientHello parser is shared with QUIC ([`parse_client_hello`]).
 
-use crate::engine::FlowDpi;
+use crate::ids::Proto;
 use crate::meta::Meta;
-use crate::{wire_string, Pkt, Proto, Verdict, L4, MAX_STR};
+use crate::types::{wire_string, Flow, Pkt, Verdict, L4, MAX_STR};
 use md5::{Digest, Md5};
 use sha2::Sha256;
 
@@ -51,7 +51,7 @@ const HS_SERVER_HELLO: u8 = 2;
 const HS_CERTIFICATE: u8 = 11;
 const HS_SERVER_HELLO_DONE: u8 = 14;
 
-pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
@@ -100,7 +100,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut FlowDpi) -> Verdict {
 
 /// TLS inside a flow another detector owns (after SMTP/IMAP/POP3 STARTTLS, or through an HTTP
 /// CONNECT tunnel): the handshake's metadata is read as for TLS, the label stays `outer`.
-pub(crate) fn inner(p: &Pkt<'_>, f: &mut FlowDpi, outer: Proto) -> Verdict {
+pub(crate) fn inner(p: &Pkt<'_>, f: &mut Flow, outer: Proto) -> Verdict {
     match detect(p, f) {
         Verdict::Is { done, .. } => outer.is(done),
         Verdict::Unsure => outer.is(false),
@@ -109,7 +109,7 @@ pub(crate) fn inner(p: &Pkt<'_>, f: &mut FlowDpi, outer: Proto) -> Verdict {
 }
 
 /// True once a hello of either side was parsed (the flow is TLS).
-fn recognised(f: &FlowDpi) -> bool {
+fn recognised(f: &Flow) -> bool {
     (flags(&f.scratch.tls[0]) | flags(&f.scratch.tls[1])) & ST_HELLO != 0
 }
 
@@ -250,7 +250,7 @@ fn consume(b: &mut Vec<u8>, len: usize) {
 }
 
 /// Handles the client's buffered messages; false when they cannot be TLS.
-fn client_messages(f: &mut FlowDpi) -> bool {
+fn client_messages(f: &mut Flow) -> bool {
     let b = &f.scratch.tls[0];
     let st = flags(b);
     if st & ST_HELLO != 0 {
@@ -283,7 +283,7 @@ fn client_messages(f: &mut FlowDpi) -> bool {
 }
 
 /// Handles the server's buffered messages; false when they cannot be TLS.
-fn server_messages(f: &mut FlowDpi) -> bool {
+fn server_messages(f: &mut Flow) -> bool {
     for _ in 0..16 {
         let st = flags(&f.scratch.tls[1]);
         if st & ST_DONE != 0 {
@@ -366,7 +366,7 @@ fn looks_like_sslv2_client_hello(p: &[u8]) -> bool {
     }
 }
 
-fn sslv2_client_hello(p: &[u8], f: &mut FlowDpi) -> Verdict {
+fn sslv2_client_hello(p: &[u8], f: &mut Flow) -> Verdict {
     let version = match p.get(3..5) {
         Some(&[a, b]) => u16::from_be_bytes([a, b]),
         _ => return Verdict::No,
@@ -916,46 +916,15 @@ fn append_name(out: &mut [u8; MAX_STR], n: &mut usize, name: &[u8]) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::proto::testkit::*;
 
-    fn unhex(s: &str) -> Vec<u8> {
-        (0..s.len() / 2)
-            .map(|i| u8::from_str_radix(&s[2 * i..2 * i + 2], 16).unwrap())
-            .collect()
+    const TLS: Ends = tcp(51000, 443);
+
+    fn run(pkts: &[(bool, Vec<u8>)], f: &mut Flow) -> Vec<Verdict> {
+        crate::proto::testkit::feed(detect, TLS, f, pkts)
     }
 
-    /// A flow from testdata: one packet a line, `c`/`s` (direction) then the payload in hex.
-    fn packets(text: &str) -> Vec<(bool, Vec<u8>)> {
-        text.lines()
-            .filter_map(|l| l.split_once(' '))
-            .map(|(d, h)| (d == "c", unhex(h.trim())))
-            .collect()
-    }
-
-    fn pkt(payload: &[u8], from_client: bool, index: u8) -> Pkt<'_> {
-        Pkt {
-            payload,
-            l4: L4::Tcp,
-            from_client,
-            client_port: 51000,
-            server_port: 443,
-            index,
-        }
-    }
-
-    /// Feeds packets the way the engine does (stops on `No` or `done`); returns the verdicts.
-    fn run(pkts: &[(bool, Vec<u8>)], f: &mut FlowDpi) -> Vec<Verdict> {
-        let mut out = Vec::new();
-        for (i, (c, p)) in pkts.iter().enumerate() {
-            let v = detect(&pkt(p, *c, i as u8), f);
-            out.push(v);
-            if matches!(v, Verdict::No | Verdict::Is { done: true, .. }) {
-                break;
-            }
-        }
-        out
-    }
-
-    fn tls(f: &FlowDpi) -> &crate::meta::Tls {
+    fn tls(f: &Flow) -> &crate::meta::Tls {
         f.meta.tls.as_ref().expect("tls metadata")
     }
 
@@ -966,7 +935,7 @@ mod tests {
     fn tls13_client_and_server_hello() {
         // tls_esni_sni_both.pcap, first flow.
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(v[0], Proto::TLS.is(false));
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
@@ -991,7 +960,7 @@ mod tests {
     fn firefox_ja4_and_tls12_certificate() {
         // 443-firefox.pcap: TLS 1.3 offered, 1.2 chosen, certificate in clear.
         let p = packets(include_str!("testdata/tls_firefox.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
         let t = tls(&f);
@@ -1013,7 +982,7 @@ mod tests {
     fn certificate_spanning_segments() {
         // long_tls_certificate.pcap: the certificate spans several TCP segments and records.
         let p = packets(include_str!("testdata/tls_long_certificate.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         let v = run(&p, &mut f);
         assert_eq!(v[0], Proto::TLS.is(false));
         assert_eq!(*v.last().unwrap(), Proto::TLS.is(true));
@@ -1034,7 +1003,7 @@ mod tests {
     #[test]
     fn netflix_san_list() {
         let p = packets(include_str!("testdata/tls_netflix.txt"));
-        let mut f = FlowDpi::default();
+        let mut f = Flow::default();
         run(&p, &mut f);
         let t = tls(&f);
         assert_eq!(t.sni.as_deref(), Some("api-global.netflix.com"));
@@ -1064,10 +1033,10 @@ mod tests {
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
         let ch = &p[0].1;
         for cut in 1..ch.len() {
-            let mut f = FlowDpi::default();
-            let a = detect(&pkt(&ch[..cut], true, 0), &mut f);
+            let mut f = Flow::default();
+            let a = detect(&TLS.pkt(&ch[..cut], true, 0), &mut f);
             assert_eq!(a, Verdict::Unsure, "cut {cut}");
-            let b = detect(&pkt(&ch[cut..], true, 1), &mut f);
+            let b = detect(&TLS.pkt(&ch[cut..], true, 1), &mut f);
             assert_eq!(b, Proto::TLS.is(false), "cut {cut}");
             assert_eq!(
                 tls(&f).ja3.as_deref(),
@@ -1079,25 +1048,25 @@ mod tests {
     #[test]
     fn sslv2_client_hello() {
         // google_ssl.pcap frame 4: an SSL 2.0-format ClientHello offering TLS 1.0.
-        let ch = unhex(
+        let ch = hex(
             "807c01030100630000001000003900003800003500001600001300000a0700c000003300003200002f03\
              0080000066000005000004010080080080000063000062000061000015000012000009060040000065\
              000064000060000014000011000008000006040080000003020080447674058ab9c9a5abbb06702cc6cf1f",
         );
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&ch, true, 0), &mut f), Proto::TLS.is(false));
+        let mut f = Flow::default();
+        assert_eq!(detect(&TLS.pkt(&ch, true, 0), &mut f), Proto::TLS.is(false));
         assert_eq!(tls(&f).client_version, 0x0301);
     }
 
     #[test]
     fn mid_stream_application_data() {
         // tls-appdata.pcap: the capture starts after the handshake.
-        let rec = unhex(&format!("170303009a{}", "ab".repeat(0x9a)));
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&rec, true, 0), &mut f), Proto::TLS.is(true));
+        let rec = hex(&format!("170303009a{}", "ab".repeat(0x9a)));
+        let mut f = Flow::default();
+        assert_eq!(detect(&TLS.pkt(&rec, true, 0), &mut f), Proto::TLS.is(true));
         // The length must agree with the payload.
-        let mut f = FlowDpi::default();
-        assert_eq!(detect(&pkt(&rec[..100], true, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        assert_eq!(detect(&TLS.pkt(&rec[..100], true, 0), &mut f), Verdict::No);
     }
 
     #[test]
@@ -1113,17 +1082,17 @@ mod tests {
             &[0x16, 3, 9][..],
             &[][..],
         ] {
-            let mut f = FlowDpi::default();
-            assert_eq!(detect(&pkt(p, true, 0), &mut f), Verdict::No);
+            let mut f = Flow::default();
+            assert_eq!(detect(&TLS.pkt(p, true, 0), &mut f), Verdict::No);
         }
         // A handshake record whose first message is not a hello.
-        let mut f = FlowDpi::default();
-        let bad = unhex("16030300040b000000");
-        assert_eq!(detect(&pkt(&bad, true, 0), &mut f), Verdict::No);
+        let mut f = Flow::default();
+        let bad = hex("16030300040b000000");
+        assert_eq!(detect(&TLS.pkt(&bad, true, 0), &mut f), Verdict::No);
         // UDP is not ours.
         let p = packets(include_str!("testdata/tls_esni_sni_both.txt"));
-        let mut f = FlowDpi::default();
-        let mut u = pkt(&p[0].1, true, 0);
+        let mut f = Flow::default();
+        let mut u = TLS.pkt(&p[0].1, true, 0);
         u.l4 = L4::Udp;
         assert_eq!(detect(&u, &mut f), Verdict::No);
     }
@@ -1135,16 +1104,6 @@ mod tests {
         assert_eq!(ja4_version(0x7f1c), "00");
     }
 
-    struct Rng(u64);
-    impl Rng {
-        fn next(&mut self) -> u64 {
-            self.0 ^= self.0 << 13;
-            self.0 ^= self.0 >> 7;
-            self.0 ^= self.0 << 17;
-            self.0
-        }
-    }
-
     #[test]
     fn never_panics() {
         let flows = [
@@ -1153,45 +1112,39 @@ mod tests {
             include_str!("testdata/tls_long_certificate.txt"),
             include_str!("testdata/tls_netflix.txt"),
         ];
-        let mut rng = Rng(0x9e37_79b9_7f4a_7c15);
+        let mut rng = Rng::new(0x9e37_79b9_7f4a_7c15);
+        // Random bytes, with a TLS-looking start or not.
+        let random: Vec<Vec<u8>> = (0..3000)
+            .map(|_| {
+                let len = rng.below(600);
+                let mut b = rng.bytes(len);
+                if rng.next().is_multiple_of(2) && b.len() >= 6 {
+                    b[..3].copy_from_slice(&[0x16, 3, rng.below(5) as u8]);
+                    b[5] = 1 + rng.below(2) as u8;
+                }
+                b
+            })
+            .collect();
+        let mut fuzz = Fuzz::new(&[TLS])
+            .payloads(random)
+            .mutations(300)
+            .check(|f| assert!(f.scratch.tls[0].len() <= CAP && f.scratch.tls[1].len() <= CAP));
         for text in flows {
-            let p = packets(text);
-            // Every prefix of every packet, alone and after the real packets before it.
-            for k in 0..p.len() {
-                for cut in 0..=p[k].1.len() {
-                    let mut f = FlowDpi::default();
-                    for (i, (c, b)) in p[..k].iter().enumerate() {
-                        detect(&pkt(b, *c, i as u8), &mut f);
-                    }
-                    detect(&pkt(&p[k].1[..cut], p[k].0, k as u8), &mut f);
-                }
-            }
-            // Mutated flows: flip random bytes, including lengths.
-            for _ in 0..300 {
-                let mut f = FlowDpi::default();
-                for (i, (c, b)) in p.iter().enumerate() {
-                    let mut b = b.clone();
-                    for _ in 0..(rng.next() % 8) {
-                        let at = (rng.next() as usize) % b.len().max(1);
-                        if let Some(x) = b.get_mut(at) {
-                            *x = rng.next() as u8;
-                        }
-                    }
-                    detect(&pkt(&b, *c, i as u8), &mut f);
-                    assert!(f.scratch.tls[0].len() <= CAP && f.scratch.tls[1].len() <= CAP);
-                }
-            }
+            fuzz = fuzz.flow(packets(text));
+        }
+        fuzz.run(detect);
+        for text in flows {
             // Mutated ClientHello bodies straight into the parser.
-            let ch = &p[0].1;
+            let ch = &packets(text)[0].1;
             for _ in 0..2000 {
                 let mut b = ch.get(9..).unwrap_or(&[]).to_vec();
                 for _ in 0..(1 + rng.next() % 6) {
-                    let at = (rng.next() as usize) % b.len().max(1);
+                    let at = rng.below(b.len());
                     if let Some(x) = b.get_mut(at) {
                         *x = rng.next() as u8;
                     }
                 }
-                let cut = (rng.next() as usize) % (b.len() + 1);
+                let cut = rng.below(b.len() + 1);
                 let mut m = Meta::default();
                 parse_client_hello(&b[..cut], rng.next().is_multiple_of(2), &mut m);
                 if let Some(t) = &m.tls {
@@ -1199,24 +1152,10 @@ mod tests {
                 }
             }
         }
-        // Random bytes, with a TLS-looking start or not.
-        for _ in 0..3000 {
-            let len = (rng.next() % 600) as usize;
-            let mut b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            if rng.next().is_multiple_of(2) && b.len() >= 6 {
-                b[..3].copy_from_slice(&[0x16, 3, (rng.next() % 5) as u8]);
-                b[5] = 1 + (rng.next() % 2) as u8;
-            }
-            let mut f = FlowDpi::default();
-            for i in 0..4u8 {
-                detect(&pkt(&b, i % 2 == 0, i), &mut f);
-            }
-        }
         // Random DER into the certificate walker.
         for _ in 0..3000 {
-            let len = (rng.next() % 300) as usize;
-            let b: Vec<u8> = (0..len).map(|_| rng.next() as u8).collect();
-            let _ = cert_names(&b);
+            let len = rng.below(300);
+            let _ = cert_names(&rng.bytes(len));
         }
     }
 }

@@ -1,4 +1,0 @@
-//! Fuzzes the `tls` detector alone over a short flow (input layout: `src/lib.rs`).
-#![no_main]
-
-libfuzzer_sys::fuzz_target!(|data: &[u8]| sonde_dpi_fuzz::run_detector("tls", data));

@@ -1,0 +1,194 @@
+//! What a detector sees: the packet ([`Pkt`]), its answer ([`Verdict`]), and the part of the
+//! flow it may read and write ([`Flow`]: the label so far, the metadata, and the per-protocol
+//! state in [`Scratch`]).
+//!
+//! Detectors (`proto/*.rs`) depend on this module, [`crate::meta`] and [`crate::ids`] only; the
+//! engine (`engine.rs`) wraps a [`Flow`] in its own per-flow state ([`crate::FlowDpi`]) and
+//! calls the detectors, so nothing here depends on the engine.
+
+use crate::ids::{Category, Proto};
+use crate::meta::Meta;
+
+/// Longest string kept from the wire (names, URLs, banners); longer ones are cut.
+pub const MAX_STR: usize = 256;
+
+/// Cuts `s` to [`MAX_STR`] bytes (on a char boundary) and replaces control characters, so what
+/// came off the wire is safe to keep and to print as text.
+pub fn wire_string(bytes: &[u8]) -> String {
+    let cut = &bytes[..bytes.len().min(MAX_STR)];
+    let s = String::from_utf8_lossy(cut);
+    s.chars()
+        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .collect()
+}
+
+/// Transport protocol of a packet handed to the detectors.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum L4 {
+    Tcp,
+    Udp,
+}
+
+/// One payload-carrying packet of a flow, as a detector sees it.
+#[derive(Clone, Copy, Debug)]
+pub struct Pkt<'a> {
+    /// Transport payload (after the TCP/UDP header), possibly cut to the capture length.
+    pub payload: &'a [u8],
+    pub l4: L4,
+    /// True when the packet goes from the client (who opened the flow) to the server.
+    pub from_client: bool,
+    pub client_port: u16,
+    pub server_port: u16,
+    /// Payload packets of this flow before this one (0 for the first).
+    pub index: u8,
+}
+
+impl Pkt<'_> {
+    /// True when either side uses `port`.
+    pub fn has_port(&self, port: u16) -> bool {
+        self.client_port == port || self.server_port == port
+    }
+}
+
+/// A detector's answer for one packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Verdict {
+    /// Not this protocol: the detector is not called again for this flow.
+    No,
+    /// Cannot tell yet: call again with the flow's next payload packet.
+    Unsure,
+    /// It is `proto`. With `done == false` the detector wants later packets (only it is called
+    /// from now on) to complete the metadata, e.g. a server's response.
+    Is { proto: Proto, done: bool },
+}
+
+impl Proto {
+    /// Convenience for detectors: `Verdict::Is { proto: self, done }`.
+    pub fn is(self, done: bool) -> Verdict {
+        Verdict::Is { proto: self, done }
+    }
+}
+
+/// How a label was found.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+#[repr(u8)]
+pub enum Confidence {
+    #[default]
+    Unknown = 0,
+    /// Guessed from the transport ports (no detector recognised the payload).
+    Port,
+    /// Found in the payload by a detector.
+    Dpi,
+}
+
+impl Confidence {
+    pub fn name(self) -> &'static str {
+        match self {
+            Confidence::Unknown => "unknown",
+            Confidence::Port => "port",
+            Confidence::Dpi => "dpi",
+        }
+    }
+
+    /// The confidence whose number (`confidence as u8`) is `n`, for stored records.
+    pub fn from_number(n: u8) -> Option<Confidence> {
+        [Confidence::Unknown, Confidence::Port, Confidence::Dpi]
+            .into_iter()
+            .find(|c| *c as u8 == n)
+    }
+}
+
+/// The label of a flow: small and `Copy`, kept inline in the flow entry.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default)]
+pub struct L7 {
+    /// The protocol (TLS, DNS, HTTP, …), or [`Proto::UNKNOWN`].
+    pub proto: Proto,
+    /// The service on top (Google, Netflix, WhatsApp, …), or [`Proto::UNKNOWN`].
+    pub app: Proto,
+    pub category: Category,
+    pub confidence: Confidence,
+}
+
+impl L7 {
+    /// nDPI's `proto.app` number form, e.g. `91.126`.
+    pub fn number(&self) -> String {
+        format!("{}.{}", self.proto.0, self.app.0)
+    }
+
+    /// nDPI's name form: `TLS.Google`, `DNS`, `WhatsApp` (an application without a known
+    /// carrier protocol), or `Unknown`.
+    pub fn name(&self) -> String {
+        match (self.proto.is_known(), self.app.is_known()) {
+            (true, true) if self.proto != self.app => {
+                format!("{}.{}", self.proto.name(), self.app.name())
+            }
+            (true, _) => self.proto.name().to_string(),
+            (false, true) => self.app.name().to_string(),
+            (false, false) => "Unknown".to_string(),
+        }
+    }
+}
+
+/// The part of a flow's DPI state a detector reads and writes. The engine sets `l7.proto` when
+/// a detector answers `Is` (so the owner sees its own label on later packets); detectors may
+/// refine `l7.app` and fill `meta`.
+#[derive(Clone, Debug, Default)]
+pub struct Flow {
+    pub l7: L7,
+    pub meta: Meta,
+    /// Per-protocol state between packets (see [`Scratch`]).
+    pub scratch: Scratch,
+}
+
+/// What detectors keep between packets of one flow. Each field has one user, named in its
+/// comment, so detectors never trample each other's state.
+#[derive(Clone, Debug, Default)]
+pub struct Scratch {
+    /// tls.rs (TLS over TCP, also inside STARTTLS and CONNECT tunnels): handshake bytes per
+    /// direction (0 = client), until a whole message is in.
+    pub tls: [Vec<u8>; 2],
+    /// quic.rs: CRYPTO frame bytes of the client's Initial packets, in offset order.
+    pub quic_crypto: Vec<u8>,
+    /// The text protocols: mail.rs (SMTP, POP3, IMAP) and ftp.rs, which share one greeting.
+    pub text: TextState,
+    /// rtp.rs: the first packet of a pair.
+    pub rtp: Option<RtpFirst>,
+    /// bittorrent.rs: the connection id of the flow's first uTP packet.
+    pub utp_connection_id: Option<u16>,
+    /// http.rs: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by the TLS
+    /// detector (its SNI and fingerprints), the label stays HTTP_Connect.
+    pub http_tunnel_open: bool,
+}
+
+/// State of the text protocols (mail.rs, ftp.rs) between packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TextState {
+    /// The server greeted with a `220` naming neither FTP nor SMTP (its line is in
+    /// `meta.banner`): the client's command decides.
+    pub ambiguous_220: bool,
+    /// After an ambiguous `220`, SMTP ruled the flow out (with `ftp_no` too, the banner goes).
+    pub smtp_no: bool,
+    /// After an ambiguous `220`, FTP ruled the flow out.
+    pub ftp_no: bool,
+    /// The client spoke first with `USER` (POP3 or FTP): the server's answer decides.
+    pub client_user: bool,
+    /// The client spoke first with a POP3 command (`CAPA`, `STLS`, `AUTH`, `APOP`).
+    pub client_pop3: bool,
+    /// Owner only: the client asked for STARTTLS (`STLS` in POP3) and the server's answer is
+    /// awaited.
+    pub starttls_asked: bool,
+    /// Owner only: STARTTLS was accepted; the TLS handshake that follows goes to the TLS
+    /// detector for its metadata (SNI, JA3, certificate), under the SMTPS/POPS/IMAPS label.
+    pub tls_follows: bool,
+}
+
+/// rtp.rs: the first RTP or RTCP packet of a pair (the second must match it).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct RtpFirst {
+    pub from_client: bool,
+    pub rtcp: bool,
+    /// The low 13 bits of its SSRC (RTCP: the sender's).
+    pub ssrc_low: u16,
+    /// Its RTP sequence number (0 for RTCP).
+    pub seq: u16,
+}
