@@ -6,9 +6,8 @@
 //! flow (the symmetric flow hash, as for packets) in batches. A shard with nothing to do wakes
 //! up every 200 ms to run its timeouts by the wall clock.
 
-use crate::shard::{wall_ns, ShardCtx, ShardOutput};
-use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
-use sonde_capture::CaptureDrops;
+use crate::shard::wall_ns;
+use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::FlowKey;
 use sonde_flowproto::decode::{Collector, Config, ExporterStats, IfCounters, IpfixStream};
 use sonde_flowproto::{CollectedFlow, SampledPacket};
@@ -173,46 +172,6 @@ impl Dispatcher {
             }
         }
     }
-}
-
-/// A shard fed collected records.
-///
-/// The shard's clock is the records' own time (like packet time for captures), moved on by
-/// the wall clock while no record arrives: live exporters keep it near the wall clock, and
-/// replayed old records expire by their own times rather than all at once.
-pub(crate) fn run_collected(
-    mut ctx: ShardCtx,
-    rx: Receiver<CollectedBatch>,
-    recycle: Sender<CollectedBatch>,
-) -> ShardOutput {
-    // No clock before the first record: the wall clock would run ahead of replayed records.
-    let mut base: Option<(u64, std::time::Instant)> = None;
-    let clock = |b: (u64, std::time::Instant)| b.0 + b.1.elapsed().as_nanos() as u64;
-    loop {
-        match rx.recv_timeout(Duration::from_millis(200)) {
-            Ok(mut b) => {
-                let now = base.map(clock).unwrap_or_else(wall_ns);
-                ctx.engine.ingest_flows(&b.flows, now);
-                for s in &b.samples {
-                    ctx.engine.ingest_sample(s, now);
-                }
-                base = Some((ctx.engine.now_ns(), std::time::Instant::now()));
-                b.flows.clear();
-                b.samples.clear();
-                let _ = recycle.try_send(b);
-            }
-            Err(RecvTimeoutError::Timeout) => {}
-            Err(RecvTimeoutError::Disconnected) => break,
-        }
-        if let Some(b) = base {
-            ctx.engine.tick_if_due(clock(b));
-        }
-        ctx.housekeeping();
-        if ctx.stopped() && rx.is_empty() {
-            break;
-        }
-    }
-    ctx.finish(CaptureDrops::default())
 }
 
 /// What a receiver knows about one exporter at the end: its statistics, the interface names

@@ -18,6 +18,7 @@ mod series_sink;
 mod shard;
 pub mod sink_queue;
 pub mod sinks;
+mod source;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};

@@ -5,6 +5,7 @@ use crate::config::{Input, ProbeConfig, Replay};
 use crate::shard::{self, DecodedBatch, Filters, Pacer, Request, ShardCtx, ShardOutput, Shared};
 use crate::sink_queue::{Batch, QueuedSink};
 use crate::sinks::{self, FileSink, SinkReport};
+use crate::source;
 use crossbeam_channel::{bounded, Sender};
 use sonde_capture::{
     CaptureDrops, CaptureError, FileSource, LiveConfig, LiveSource, OfflineFilter, SyntheticSource,
@@ -699,7 +700,17 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let (progress, error) = (progress.clone(), error.clone());
                 shard_handles.push(spawn(
                     "shard0".into(),
-                    Box::new(move || shard::run_file(ctx, src, filters, pacer, progress, error)),
+                    Box::new(move || {
+                        let input = source::FileInput {
+                            src,
+                            filters,
+                            pacer,
+                            progress,
+                            error,
+                            ingress: ShardStats::default(),
+                        };
+                        source::run(ctx, input)
+                    }),
                 )?);
             } else {
                 let mut txs = Vec::new();
@@ -710,7 +721,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     let recycle = recycle_tx.clone();
                     shard_handles.push(spawn(
                         format!("shard{i}"),
-                        Box::new(move || shard::run_decoded(ctx, rx, recycle)),
+                        Box::new(move || source::run(ctx, source::DecodedInput { rx, recycle })),
                     )?);
                 }
                 let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
@@ -744,9 +755,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 sources.push(LiveSource::open(lc)?);
             }
             for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
+                let link = src.link_type();
                 shard_handles.push(spawn(
                     format!("shard{i}"),
-                    Box::new(move || shard::run_live(ctx, src)),
+                    Box::new(move || source::run(ctx, source::LiveInput { src, link })),
                 )?);
             }
         }
@@ -764,7 +776,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let recycle = recycle_tx.clone();
                 shard_handles.push(spawn(
                     format!("shard{i}"),
-                    Box::new(move || collect::run_collected(ctx, rx, recycle)),
+                    Box::new(move || source::run(ctx, source::CollectedInput::new(rx, recycle))),
                 )?);
             }
             for src in sources {
@@ -825,7 +837,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let src = SyntheticSource::new(spec.clone(), i as u32, threads as u32);
                 shard_handles.push(spawn(
                     format!("shard{i}"),
-                    Box::new(move || shard::run_synthetic(ctx, src)),
+                    Box::new(move || source::run(ctx, source::SyntheticInput { src })),
                 )?);
             }
         }

@@ -1,24 +1,14 @@
-//! The loops that run on shard threads, and what they share with the rest of the probe.
+//! What a shard thread holds (its engine and its links to sinks and readers) and what it
+//! shares with the rest of the probe. The loop it runs is in [`crate::source`].
 
 use crossbeam_channel::{Receiver, Sender};
-use sonde_capture::{CaptureDrops, FileSource, LiveSource, OfflineFilter, SyntheticSource};
+use sonde_capture::{CaptureDrops, OfflineFilter};
 use sonde_dpi::Meta;
-use sonde_flow::{
-    EndReason, Engine, FlowKey, FlowRecord, FlowRow, Host, PacketRef, Payloads, ShardStats, Span,
-};
+use sonde_flow::{EndReason, Engine, FlowKey, FlowRecord, FlowRow, Host, ShardStats, Span};
 use sonde_wire::{Decoded, LinkType};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
-
-/// A captured frame as the engine takes it.
-fn packet<'a>(f: &sonde_capture::Frame<'a>) -> PacketRef<'a> {
-    PacketRef {
-        ts_ns: f.ts_ns,
-        wire_len: f.wire_len,
-        data: f.data,
-    }
-}
 
 /// The most flow records in one batch to the sinks.
 const SINK_BATCH: usize = 8192;
@@ -61,6 +51,20 @@ pub(crate) struct DecodedBatch {
     pub marks: Vec<u128>,
     pub wire_lens: Vec<u32>,
     pub unflowed: Vec<(u128, u32)>,
+}
+
+impl DecodedBatch {
+    /// Empties the batch for reuse, keeping its buffers.
+    pub fn clear(&mut self) {
+        self.pkts.clear();
+        self.ts.clear();
+        self.payload_bytes.clear();
+        self.spans.clear();
+        self.marks.clear();
+        self.wire_lens.clear();
+        self.unflowed.clear();
+        self.clock_ns = 0;
+    }
 }
 
 pub(crate) struct ShardOutput {
@@ -438,188 +442,4 @@ impl Pacer {
         let elapsed = self.start_wall.elapsed();
         (offset > elapsed + Duration::from_millis(1)).then(|| offset - elapsed)
     }
-}
-
-/// One shard reading a file itself (single-shard runs).
-pub(crate) fn run_file(
-    mut ctx: ShardCtx,
-    mut src: FileSource,
-    mut filters: Filters,
-    mut pacer: Option<Pacer>,
-    progress: Arc<AtomicU64>,
-    error: Arc<Mutex<Option<sonde_capture::CaptureError>>>,
-) -> ShardOutput {
-    let mut ingress = ShardStats::default();
-    let mut n: u64 = 0;
-    loop {
-        match src.next_frame() {
-            Ok(Some((link, f))) => {
-                if !filters.accepts(link, f.data) {
-                    ingress.packets += 1;
-                    ingress.wire_bytes += f.wire_len as u64;
-                    ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
-                    continue;
-                }
-                if let Some(p) = pacer.as_mut() {
-                    if let Some(wait) = p.due_in(f.ts_ns) {
-                        // Flush first, so what was seen is visible while we wait.
-                        let (ts, wl, data) = (f.ts_ns, f.wire_len, f.data.to_vec());
-                        ctx.engine.flush_batch();
-                        ctx.housekeeping();
-                        sleep_unless_stopped(wait, &ctx.stop);
-                        ctx.engine.push_frame(
-                            link,
-                            PacketRef {
-                                ts_ns: ts,
-                                wire_len: wl,
-                                data: &data,
-                            },
-                        );
-                        n += 1;
-                        continue;
-                    }
-                }
-                ctx.engine.push_frame(link, packet(&f));
-                n += 1;
-                if n.is_multiple_of(HOUSEKEEPING_PACKETS) {
-                    ctx.engine.flush_batch();
-                    ctx.housekeeping();
-                    progress.store(src.progress().0, Ordering::Relaxed);
-                    if ctx.stopped() {
-                        break;
-                    }
-                }
-            }
-            Ok(None) => break,
-            Err(e) => {
-                *error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
-                break;
-            }
-        }
-    }
-    progress.store(src.progress().0, Ordering::Relaxed);
-    let mut out = ctx.finish(CaptureDrops::default());
-    out.stats.merge(&ingress);
-    out
-}
-
-fn sleep_unless_stopped(total: Duration, stop: &AtomicBool) {
-    let deadline = Instant::now() + total;
-    while !stop.load(Ordering::Relaxed) {
-        let now = Instant::now();
-        if now >= deadline {
-            break;
-        }
-        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
-    }
-}
-
-/// A shard fed decoded batches by the file reader (multi-shard file runs).
-pub(crate) fn run_decoded(
-    mut ctx: ShardCtx,
-    rx: Receiver<DecodedBatch>,
-    recycle: Sender<DecodedBatch>,
-) -> ShardOutput {
-    while let Ok(mut batch) = rx.recv() {
-        let payloads = Payloads {
-            bytes: &batch.payload_bytes,
-            spans: &batch.spans,
-            direct: &[],
-            marks: &batch.marks,
-            wire_lens: &batch.wire_lens,
-        };
-        ctx.engine.process_decoded(&batch.pkts, &batch.ts, payloads);
-        for &(mask, wire_len) in &batch.unflowed {
-            ctx.engine.count_filter_mask(mask, wire_len);
-        }
-        if batch.clock_ns != 0 {
-            ctx.engine.tick_if_due(batch.clock_ns);
-        }
-        batch.pkts.clear();
-        batch.ts.clear();
-        batch.payload_bytes.clear();
-        batch.spans.clear();
-        batch.marks.clear();
-        batch.wire_lens.clear();
-        batch.unflowed.clear();
-        batch.clock_ns = 0;
-        let _ = recycle.try_send(batch);
-        ctx.housekeeping();
-    }
-    ctx.finish(CaptureDrops::default())
-}
-
-/// A shard capturing from its own libpcap handle (a fanout member when there are several).
-pub(crate) fn run_live(mut ctx: ShardCtx, mut src: LiveSource) -> ShardOutput {
-    let link = src.link_type();
-    let mut n: u64 = 0;
-    let mut last_housekeeping = Instant::now();
-    while !ctx.stopped() {
-        match src.next_frame() {
-            Ok(Some(f)) => {
-                ctx.engine.push_frame(link, packet(&f));
-                n += 1;
-                if n.is_multiple_of(HOUSEKEEPING_PACKETS)
-                    || last_housekeeping.elapsed() > Duration::from_millis(200)
-                {
-                    ctx.engine.flush_batch();
-                    ctx.housekeeping();
-                    *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = src.drops();
-                    last_housekeeping = Instant::now();
-                }
-            }
-            Ok(None) => {
-                // Idle link (or a burst drained): account what we have, let flows time out by
-                // the wall clock. The kernel's drop counters cost a system call: read them at
-                // the housekeeping pace, not at every wake-up (thousands a second under load).
-                ctx.engine.flush_batch();
-                ctx.engine.tick_if_due(wall_ns());
-                if last_housekeeping.elapsed() > Duration::from_millis(50) {
-                    ctx.housekeeping();
-                    *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = src.drops();
-                    last_housekeeping = Instant::now();
-                }
-                src.wait();
-            }
-            Err(e) => {
-                eprintln!("sonde: error: {e}");
-                break;
-            }
-        }
-    }
-    // What arrived before the stop but sits in a block the kernel has not handed over yet.
-    src.drain(|f| ctx.engine.push_frame(link, packet(&f)));
-    let drops = src.drops();
-    ctx.finish(drops)
-}
-
-/// A shard generating its own synthetic traffic (Cento's dummy interface).
-pub(crate) fn run_synthetic(mut ctx: ShardCtx, mut src: SyntheticSource) -> ShardOutput {
-    let mut n: u64 = 0;
-    loop {
-        // One clock reading per 256 packets, like a NIC batch timestamp; the batch's frames
-        // stay valid together, so the engine reads their payloads in place.
-        let mut frames = Vec::with_capacity(256);
-        src.next_batch(wall_ns(), 256, &mut frames);
-        if frames.is_empty() {
-            break;
-        }
-        let refs: Vec<PacketRef> = frames
-            .iter()
-            .map(|f| PacketRef {
-                ts_ns: f.ts_ns,
-                wire_len: f.wire_len,
-                data: f.data,
-            })
-            .collect();
-        ctx.engine.process_frames(LinkType::Ethernet, &refs);
-        n += refs.len() as u64;
-        if n.is_multiple_of(HOUSEKEEPING_PACKETS * 16) {
-            ctx.housekeeping();
-            if ctx.stopped() {
-                break;
-            }
-        }
-    }
-    ctx.finish(CaptureDrops::default())
 }

@@ -1,0 +1,381 @@
+//! What a shard reads from, and the one loop every shard runs.
+//!
+//! A shard's input is a [`ShardSource`]: a file it reads itself, a live capture handle, the
+//! synthetic generator, or batches another thread prepared (decoded packets from a multi-shard
+//! file reader, flow records from the collectors). A source only says how to feed the engine
+//! what is ready now; [`run`] does the rest the same way for all of them: housekeeping (stats,
+//! expired records to the sinks, snapshot requests), the idle clock, stopping, and the end.
+//! A new input is a new source, not a new loop.
+
+use crate::collect::CollectedBatch;
+use crate::shard::{
+    wall_ns, DecodedBatch, Filters, Pacer, ShardCtx, ShardOutput, HOUSEKEEPING_PACKETS,
+};
+use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
+use sonde_capture::{CaptureDrops, CaptureError, FileSource, LiveSource, SyntheticSource};
+use sonde_flow::{PacketRef, Payloads, ShardStats};
+use sonde_wire::LinkType;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// What one [`ShardSource::feed`] call did.
+pub(crate) enum Fed {
+    /// Gave the engine this much work (packets, or one batch).
+    Work(u64),
+    /// Nothing is ready now.
+    Idle,
+    /// The input is over (end of file, channel closed, capture error).
+    End,
+}
+
+/// One shard's input. Implementations feed the engine in `feed` and may override the hooks
+/// the loop calls around it.
+pub(crate) trait ShardSource {
+    /// Feeds the engine what is ready now (at most a few thousand packets, so housekeeping
+    /// keeps its pace).
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed;
+
+    /// Work between two housekeeping points.
+    fn housekeeping_every(&self) -> u64 {
+        HOUSEKEEPING_PACKETS
+    }
+
+    /// True when housekeeping must also run every 200 ms however little work came (live
+    /// inputs: the console refreshes every second).
+    fn timed(&self) -> bool {
+        false
+    }
+
+    /// The engine's clock while the input is idle, so flows time out (None: time moves only
+    /// with what is fed).
+    fn idle_clock(&self, _ctx: &ShardCtx) -> Option<u64> {
+        None
+    }
+
+    /// Waits a little for input after [`Fed::Idle`].
+    fn wait(&mut self) {}
+
+    /// At each housekeeping point: what the source publishes (progress, capture drops).
+    fn report(&mut self, _ctx: &ShardCtx) {}
+
+    /// Whether a stop request may end the loop now (false: work is still queued).
+    fn may_stop(&self) -> bool {
+        true
+    }
+
+    /// After the loop: feeds what the source still holds and ends the shard.
+    fn end(&mut self, ctx: ShardCtx) -> ShardOutput {
+        ctx.finish(CaptureDrops::default())
+    }
+}
+
+/// The shard loop, the same for every source.
+pub(crate) fn run(mut ctx: ShardCtx, mut src: impl ShardSource) -> ShardOutput {
+    let every = src.housekeeping_every();
+    let timed = src.timed();
+    let mut since: u64 = 0;
+    let mut last = Instant::now();
+    loop {
+        match src.feed(&mut ctx) {
+            Fed::Work(n) => {
+                since += n;
+                if since >= every || (timed && last.elapsed() > Duration::from_millis(200)) {
+                    since = 0;
+                    ctx.engine.flush_batch();
+                    ctx.housekeeping();
+                    src.report(&ctx);
+                    last = Instant::now();
+                    if ctx.stopped() && src.may_stop() {
+                        break;
+                    }
+                }
+            }
+            Fed::Idle => {
+                // Account what we have and let flows time out by the source's clock. Sources
+                // that publish with a system call (kernel drop counters) do it at this pace,
+                // not at every wake-up (thousands a second under load).
+                ctx.engine.flush_batch();
+                if let Some(now) = src.idle_clock(&ctx) {
+                    ctx.engine.tick_if_due(now);
+                }
+                if last.elapsed() > Duration::from_millis(50) {
+                    ctx.housekeeping();
+                    src.report(&ctx);
+                    last = Instant::now();
+                }
+                if ctx.stopped() && src.may_stop() {
+                    break;
+                }
+                src.wait();
+            }
+            Fed::End => break,
+        }
+    }
+    src.end(ctx)
+}
+
+/// A captured frame as the engine takes it.
+fn packet<'a>(f: &sonde_capture::Frame<'a>) -> PacketRef<'a> {
+    PacketRef {
+        ts_ns: f.ts_ns,
+        wire_len: f.wire_len,
+        data: f.data,
+    }
+}
+
+/// A file one shard reads itself (single-shard runs), with the BPF filter and the
+/// `--replay realtime` pacer.
+pub(crate) struct FileInput {
+    pub src: FileSource,
+    pub filters: Filters,
+    pub pacer: Option<Pacer>,
+    pub progress: Arc<AtomicU64>,
+    pub error: Arc<Mutex<Option<CaptureError>>>,
+    /// Frames the filter rejected: the engine never sees them, so they are counted here.
+    pub ingress: ShardStats,
+}
+
+impl ShardSource for FileInput {
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        let mut n = 0;
+        while n < HOUSEKEEPING_PACKETS {
+            let (link, f) = match self.src.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) if n > 0 => return Fed::Work(n),
+                Ok(None) => return Fed::End,
+                Err(e) => {
+                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    return Fed::End;
+                }
+            };
+            if !self.filters.accepts(link, f.data) {
+                self.ingress.packets += 1;
+                self.ingress.wire_bytes += f.wire_len as u64;
+                self.ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                continue;
+            }
+            if let Some(wait) = self.pacer.as_mut().and_then(|p| p.due_in(f.ts_ns)) {
+                // Flush first, so what was seen is visible while we wait.
+                let (ts, wl, data) = (f.ts_ns, f.wire_len, f.data.to_vec());
+                ctx.engine.flush_batch();
+                ctx.housekeeping();
+                sleep_unless_stopped(wait, &ctx.stop);
+                let p = PacketRef {
+                    ts_ns: ts,
+                    wire_len: wl,
+                    data: &data,
+                };
+                ctx.engine.push_frame(link, p);
+                return Fed::Work(n + 1);
+            }
+            ctx.engine.push_frame(link, packet(&f));
+            n += 1;
+        }
+        Fed::Work(n)
+    }
+
+    fn report(&mut self, _ctx: &ShardCtx) {
+        self.progress
+            .store(self.src.progress().0, Ordering::Relaxed);
+    }
+
+    fn end(&mut self, ctx: ShardCtx) -> ShardOutput {
+        self.report(&ctx);
+        let mut out = ctx.finish(CaptureDrops::default());
+        out.stats.merge(&self.ingress);
+        out
+    }
+}
+
+fn sleep_unless_stopped(total: Duration, stop: &AtomicBool) {
+    let deadline = Instant::now() + total;
+    while !stop.load(Ordering::Relaxed) {
+        let now = Instant::now();
+        if now >= deadline {
+            break;
+        }
+        std::thread::sleep((deadline - now).min(Duration::from_millis(50)));
+    }
+}
+
+/// Decoded packets the file reader hands this shard (multi-shard file runs). It ends when the
+/// reader is done, stop or not: the reader stops reading, the shard takes what was sent.
+pub(crate) struct DecodedInput {
+    pub rx: Receiver<DecodedBatch>,
+    pub recycle: Sender<DecodedBatch>,
+}
+
+impl ShardSource for DecodedInput {
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        let Ok(mut batch) = self.rx.recv() else {
+            return Fed::End;
+        };
+        let payloads = Payloads {
+            bytes: &batch.payload_bytes,
+            spans: &batch.spans,
+            direct: &[],
+            marks: &batch.marks,
+            wire_lens: &batch.wire_lens,
+        };
+        ctx.engine.process_decoded(&batch.pkts, &batch.ts, payloads);
+        for &(mask, wire_len) in &batch.unflowed {
+            ctx.engine.count_filter_mask(mask, wire_len);
+        }
+        if batch.clock_ns != 0 {
+            ctx.engine.tick_if_due(batch.clock_ns);
+        }
+        batch.clear();
+        let _ = self.recycle.try_send(batch);
+        Fed::Work(1)
+    }
+
+    /// Every batch.
+    fn housekeeping_every(&self) -> u64 {
+        1
+    }
+
+    fn may_stop(&self) -> bool {
+        false
+    }
+}
+
+/// A libpcap handle of this shard's own (a fanout member when there are several).
+pub(crate) struct LiveInput {
+    pub src: LiveSource,
+    pub link: LinkType,
+}
+
+impl ShardSource for LiveInput {
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        let mut n = 0;
+        while n < 64 {
+            match self.src.next_frame() {
+                Ok(Some(f)) => {
+                    ctx.engine.push_frame(self.link, packet(&f));
+                    n += 1;
+                }
+                // Idle link (or a burst drained).
+                Ok(None) if n == 0 => return Fed::Idle,
+                Ok(None) => break,
+                Err(e) => {
+                    eprintln!("sonde: error: {e}");
+                    return Fed::End;
+                }
+            }
+        }
+        Fed::Work(n)
+    }
+
+    fn timed(&self) -> bool {
+        true
+    }
+
+    fn idle_clock(&self, _ctx: &ShardCtx) -> Option<u64> {
+        Some(wall_ns())
+    }
+
+    fn wait(&mut self) {
+        self.src.wait();
+    }
+
+    fn report(&mut self, ctx: &ShardCtx) {
+        *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = self.src.drops();
+    }
+
+    fn end(&mut self, mut ctx: ShardCtx) -> ShardOutput {
+        // What arrived before the stop but sits in a block the kernel has not handed over yet.
+        let link = self.link;
+        self.src.drain(|f| ctx.engine.push_frame(link, packet(&f)));
+        let drops = self.src.drops();
+        ctx.finish(drops)
+    }
+}
+
+/// Synthetic traffic this shard generates itself (Cento's dummy interface).
+pub(crate) struct SyntheticInput {
+    pub src: SyntheticSource,
+}
+
+impl ShardSource for SyntheticInput {
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        // One clock reading per 256 packets, like a NIC batch timestamp; the batch's frames
+        // stay valid together, so the engine reads their payloads in place.
+        let mut frames = Vec::with_capacity(256);
+        self.src.next_batch(wall_ns(), 256, &mut frames);
+        if frames.is_empty() {
+            return Fed::End;
+        }
+        let refs: Vec<PacketRef> = frames.iter().map(packet).collect();
+        ctx.engine.process_frames(LinkType::Ethernet, &refs);
+        Fed::Work(refs.len() as u64)
+    }
+
+    fn housekeeping_every(&self) -> u64 {
+        HOUSEKEEPING_PACKETS * 16
+    }
+}
+
+/// Flow records and sFlow samples the collectors hand this shard; it stops once nothing is
+/// queued. The shard's clock is the records' own time (like packet time for captures), moved
+/// on by the wall clock while no record arrives: live exporters keep it near the wall clock,
+/// and replayed old records expire by their own times rather than all at once.
+pub(crate) struct CollectedInput {
+    pub rx: Receiver<CollectedBatch>,
+    pub recycle: Sender<CollectedBatch>,
+    /// The engine's clock at the last batch and when that was (none before the first record:
+    /// the wall clock would run ahead of replayed records).
+    pub base: Option<(u64, Instant)>,
+}
+
+impl CollectedInput {
+    pub fn new(rx: Receiver<CollectedBatch>, recycle: Sender<CollectedBatch>) -> CollectedInput {
+        CollectedInput {
+            rx,
+            recycle,
+            base: None,
+        }
+    }
+
+    fn clock(&self) -> Option<u64> {
+        self.base
+            .map(|(ns, at)| ns + at.elapsed().as_nanos() as u64)
+    }
+}
+
+impl ShardSource for CollectedInput {
+    fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        match self.rx.recv_timeout(Duration::from_millis(200)) {
+            Ok(mut b) => {
+                let now = self.clock().unwrap_or_else(wall_ns);
+                ctx.engine.ingest_flows(&b.flows, now);
+                for s in &b.samples {
+                    ctx.engine.ingest_sample(s, now);
+                }
+                self.base = Some((ctx.engine.now_ns(), Instant::now()));
+                b.flows.clear();
+                b.samples.clear();
+                let _ = self.recycle.try_send(b);
+                if let Some(now) = self.clock() {
+                    ctx.engine.tick_if_due(now);
+                }
+                Fed::Work(1)
+            }
+            Err(RecvTimeoutError::Timeout) => Fed::Idle,
+            Err(RecvTimeoutError::Disconnected) => Fed::End,
+        }
+    }
+
+    /// Every batch.
+    fn housekeeping_every(&self) -> u64 {
+        1
+    }
+
+    fn idle_clock(&self, _ctx: &ShardCtx) -> Option<u64> {
+        self.clock()
+    }
+
+    fn may_stop(&self) -> bool {
+        self.rx.is_empty()
+    }
+}
