@@ -41,6 +41,9 @@ pub struct Pkt<'a> {
     pub server_port: u16,
     /// Payload packets of this flow before this one (0 for the first).
     pub index: u8,
+    /// When the packet was captured, in nanoseconds since the Unix epoch (the capture's
+    /// clock: a replayed file keeps its own time).
+    pub ts_ns: u64,
 }
 
 impl Pkt<'_> {

@@ -122,6 +122,7 @@ pub fn run_detector(d: &Detector, data: &[u8]) {
             client_port: flow.client_port,
             server_port: flow.server_port,
             index,
+            ts_ns: index as u64 * 1_000_000,
         };
         index = index.saturating_add(1);
         match (d.run)(&p, &mut f) {
@@ -154,6 +155,7 @@ pub fn run_dispatch(data: &[u8]) {
             client_port: flow.client_port,
             server_port: flow.server_port,
             index: 0, // the engine sets it
+            ts_ns: 0,
         };
         if dpi.inspect(&mut f, &p) {
             break;

@@ -62,6 +62,8 @@ impl Ends {
             client_port: self.client_port,
             server_port: self.server_port,
             index,
+            // One millisecond apart.
+            ts_ns: 1_700_000_000_000_000_000 + index as u64 * 1_000_000,
         }
     }
 }

@@ -57,6 +57,7 @@ impl Engine {
             client_port,
             server_port,
             index: 0,
+            ts_ns,
         };
         let ts_ms = ts_ns / 1_000_000;
         match self.dpi_active.get_mut(i).and_then(Option::as_mut) {
