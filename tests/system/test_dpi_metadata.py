@@ -112,3 +112,44 @@ def _compare(pcap: Path, sonde, tmp_path: Path) -> int:
     assert not problems, f"{pcap.name}: {len(problems)} of {checked} values differ:\n  " + \
         "\n  ".join(problems[:30])
     return checked
+
+
+
+HTTP_CAPTURES = ["http.pcapng", "http_connect.pcap", "http_ipv6.pcap",
+                 "windowsupdate_over_http.pcap"]
+
+
+def test_http_response_time_matches_tshark(sonde, corpus, tshark_tools, tmp_path):
+    """HTTP_RESPONSE_TIME_US (request to the first status line) against tshark's http.time
+    (time since the request, on the response). tshark times from the segment that completes
+    the request, sonde from its first: equal (to the microsecond) for a request in one segment,
+    sonde's longer by the request's own transfer otherwise, never shorter."""
+    exact, checked, problems = 0, 0, []
+    for name in HTTP_CAPTURES:
+        pcap = corpus / name
+        if not pcap.exists():
+            continue
+        want = _tshark_first(pcap, "http.response && tcp", "http.time", "tcp")
+        flows = tmp_path / f"{name}.jsonl"
+        p = sonde("-r", pcap, "--flows-out", flows, *ARGS)
+        assert p.returncode == 0, p.stderr
+        got = {}
+        for r in oracle.load_jsonl(str(flows)):
+            if "HTTP_RESPONSE_TIME_US" in r:
+                _, a, b = oracle.record_endpoints(r)
+                got[frozenset({a, b})] = r["HTTP_RESPONSE_TIME_US"]
+        for keys, seconds in want.items():
+            ends = next((k for k in keys if k in got), None)
+            if ends is None:
+                problems.append(f"{name} {sorted(keys[0])}: tshark {seconds} s, sonde none")
+                continue
+            checked += 1
+            tshark_us = max(round(float(seconds) * 1e6), 1)
+            if got[ends] == tshark_us:
+                exact += 1
+            elif got[ends] < tshark_us:
+                problems.append(f"{name} {sorted(ends)}: tshark {tshark_us} µs, sonde {got[ends]} µs")
+    print(f"HTTP response times: {exact} of {checked} equal to tshark's")
+    assert checked >= 3, f"only {checked} HTTP responses compared"
+    assert exact * 10 >= checked * 8, f"only {exact} of {checked} equal"
+    assert not problems, "\n".join(problems)

@@ -32,6 +32,9 @@ pub struct Http {
     pub content_type: Option<String>,
     /// Response status code, 0 until a response is seen.
     pub status: u16,
+    /// Microseconds from the request's first packet to the response's status line (the
+    /// server's think time plus one network round trip), 0 until both are seen.
+    pub response_time_us: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -234,6 +237,7 @@ pub const FIELDS: &[Field] = &[
     f("HTTP_USER_AGENT", 14, "http", WireText, "", "HTTP User-Agent header", |m| text(&m.http.as_ref()?.user_agent), |m, v| store(as_text(v), |s| sec(&mut m.http).user_agent = Some(s))),
     f("HTTP_MIME", 15, "http", WireText, "", "HTTP response Content-Type", |m| text(&m.http.as_ref()?.content_type), |m, v| store(as_text(v), |s| sec(&mut m.http).content_type = Some(s))),
     f("HTTP_RET_CODE", 16, "http", Code, "", "HTTP response status", |m| nonzero(m.http.as_ref()?.status), |m, v| store(as_number(v), |n| sec(&mut m.http).status = n)),
+    f("HTTP_RESPONSE_TIME_US", 17, "http", Duration, "µs", "HTTP request to response status line", |m| nonzero(m.http.as_ref()?.response_time_us), |m, v| store(as_number(v), |n| sec(&mut m.http).response_time_us = n)),
     f("TLS_SERVER_NAME", 21, "tls", WireText, "", "TLS SNI", |m| text(&m.tls.as_ref()?.sni), |m, v| store(as_text(v), |s| sec(&mut m.tls).sni = Some(s))),
     f("TLS_VERSION", 27, "tls", Code, "", "TLS version the client offered", |m| nonzero(m.tls.as_ref()?.client_version), |m, v| store(as_number(v), |n| sec(&mut m.tls).client_version = n)),
     f("TLS_SERVER_VERSION", 28, "tls", Code, "", "TLS version the server chose", |m| nonzero(m.tls.as_ref()?.server_version), |m, v| store(as_number(v), |n| sec(&mut m.tls).server_version = n)),

@@ -161,6 +161,8 @@ pub struct Scratch {
     /// http.rs: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by the TLS
     /// detector (its SNI and fingerprints), the label stays HTTP_Connect.
     pub http_tunnel_open: bool,
+    /// http.rs: when the request's first packet was seen (0: not seen), to time the response.
+    pub http_request_ns: u64,
 }
 
 /// State of the text protocols (mail.rs, ftp.rs) between packets.

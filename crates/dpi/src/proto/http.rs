@@ -241,6 +241,7 @@ fn first_packet(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         headers(rest, &mut http, Side::Request);
     }
     f.meta.http = Some(Box::new(http));
+    f.scratch.http_request_ns = p.ts_ns;
     set_server_name(f);
     let proto = if method == b"CONNECT" {
         Proto::HTTP_CONNECT
@@ -266,6 +267,12 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         let (l, rest, _) = line(b);
         if let Some(code) = status_code(l) {
             http.status = code;
+            let asked = f.scratch.http_request_ns;
+            if http.response_time_us == 0 && asked != 0 {
+                // The first status line (a 100 Continue too): the server has answered.
+                let us = p.ts_ns.saturating_sub(asked) / 1000;
+                http.response_time_us = us.clamp(1, u32::MAX as u64) as u32;
+            }
             headers(rest, http, Side::Response);
             if proto == Proto::HTTP_CONNECT && (200..300).contains(&code) {
                 // The tunnel is open: what follows is usually TLS, whose metadata we want.
@@ -322,6 +329,20 @@ mod tests {
         assert_eq!(h.user_agent.as_deref(), Some("curl/7.68.0"));
         assert_eq!(h.status, 301);
         assert_eq!(h.content_type.as_deref(), Some("text/html; charset=UTF-8"));
+        // The testkit's packets are 1 ms apart.
+        assert_eq!(h.response_time_us, 1000);
+    }
+
+    #[test]
+    fn no_response_time_without_the_request() {
+        let mut f = Flow::default();
+        let resp = hex(RESP);
+        assert_eq!(
+            detect(&HTTP.pkt(&resp, false, 3), &mut f),
+            Proto::HTTP.is(true)
+        );
+        let h = f.meta.http.as_ref().unwrap();
+        assert_eq!((h.status, h.response_time_us), (301, 0));
     }
 
     // http_connect.pcap frames 4 (CONNECT apache.org:443) and 11 (HTTP/1.0 200).
