@@ -295,3 +295,49 @@ def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):
     assert directed(oracle.load_jsonl(str(flows))) == directed(lower)
     s = json.loads(stats.read_text())
     assert s["collected"]["errors"] == 0 and s["exporters"], s
+
+
+def test_a_capture_and_a_collector_in_one_sonde(sonde_bin, corpus, workdir):
+    """Two inputs in one instance (`--synthetic … --collect tcp://…`): the synthetic shards'
+    packets and the collected records are both in its counters and its flows, each exactly as
+    it would be alone."""
+    port = _free_udp_port()
+    flows, stats = workdir / "both.jsonl", workdir / "both-stats.json"
+    both = subprocess.Popen(
+        [str(sonde_bin), "--synthetic", "hosts=7,packets=700", "--collect",
+         f"tcp://127.0.0.1:{port}", "--threads", "2", "--duration", "5", "--flows-out",
+         str(flows), "--stats-json", str(stats), *ARGS],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        exported = workdir / "exported-both.jsonl"
+        low = subprocess.run(
+            [str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--export",
+             f"ipfix+tcp://127.0.0.1:{port}", "--flows-out", str(exported), *ARGS],
+            capture_output=True, text=True, timeout=60)
+        assert low.returncode == 0, low.stderr
+        _, err = both.communicate(timeout=60)
+    finally:
+        if both.poll() is None:
+            both.kill()
+    assert both.returncode == 0, err
+    s = json.loads(stats.read_text())
+    assert s["packets"] == 700, s["packets"]
+    assert s["threads"] == 4, "two shards per input"
+    sent = oracle.load_jsonl(str(exported))
+    assert sent and s["collected"]["records"] == len(sent), (s["collected"], len(sent))
+    records = oracle.load_jsonl(str(flows))
+    collected = [r for r in records if "EXPORTER_IPV4_ADDRESS" in r]
+    captured = [r for r in records if "EXPORTER_IPV4_ADDRESS" not in r]
+    assert sum(int(r["IN_PKTS"]) + int(r["OUT_PKTS"]) for r in captured) == 700
+    assert sum(int(r["IN_PKTS"]) + int(r["OUT_PKTS"]) for r in collected) == \
+        sum(int(r["IN_PKTS"]) + int(r["OUT_PKTS"]) for r in sent)
+    assert "synthetic hosts=7,packets=700 + collector" in s["source"], s["source"]
+
+
+def test_a_file_is_read_alone(sonde_bin, corpus):
+    p = subprocess.run([str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--collect",
+                        "udp://127.0.0.1:1"], capture_output=True, text=True, timeout=30)
+    assert p.returncode != 0
+    assert p.stderr.startswith("sonde: error: -r FILE is read alone"), p.stderr
+    assert len(p.stderr.strip().splitlines()) == 1, p.stderr

@@ -210,7 +210,8 @@ BAD = [
     ("[[analytics.filter_set]]\nname = \"web\"\nmatch = [\"http: tcp prot 80\"]\n",
      "key analytics.filter_set", "'http'"),
     ("[input\nread = 3\n", "line 1", ""),
-    ("[input]\nread = \"a.pcap\"\ninterface = \"lo\"\n", "more than one", "keep one"),
+    ("[input]\nread = \"a.pcap\"\ninterface = \"lo\"\n", "-r FILE is read alone", "interface"),
+    ("[input]\ninterface = 3\n", "line 2, key input.interface", "list of names"),
 ]
 
 

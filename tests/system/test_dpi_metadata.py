@@ -9,6 +9,7 @@ expected value.
 from __future__ import annotations
 
 import collections
+import decimal
 from pathlib import Path
 
 import pytest
@@ -144,12 +145,14 @@ def test_http_response_time_matches_tshark(sonde, corpus, tshark_tools, tmp_path
                 problems.append(f"{name} {sorted(keys[0])}: tshark {seconds} s, sonde none")
                 continue
             checked += 1
-            tshark_us = max(round(float(seconds) * 1e6), 1)
+            # Whole microseconds, cut as sonde cuts them (tshark prints nanoseconds).
+            tshark_us = max(int(decimal.Decimal(seconds) * 1_000_000), 1)
             if got[ends] == tshark_us:
                 exact += 1
             elif got[ends] < tshark_us:
                 problems.append(f"{name} {sorted(ends)}: tshark {tshark_us} µs, sonde {got[ends]} µs")
     print(f"HTTP response times: {exact} of {checked} equal to tshark's")
-    assert checked >= 3, f"only {checked} HTTP responses compared"
+    # The corpus has two HTTP/1 exchanges with both request and response.
+    assert checked >= 2, f"only {checked} HTTP responses compared"
     assert exact * 10 >= checked * 8, f"only {exact} of {checked} equal"
     assert not problems, "\n".join(problems)

@@ -21,11 +21,21 @@ pub enum Replay {
     Realtime,
 }
 
+impl Input {
+    /// True for inputs that run until stopped (a capture, a collector).
+    pub fn is_live(&self) -> bool {
+        matches!(self, Input::Live(_) | Input::Collect(_))
+    }
+}
+
 #[derive(Clone)]
 pub struct ProbeConfig {
-    pub input: Input,
-    /// BPF capture filter (tcpdump syntax).
+    /// What the probe reads: one input, or several at once (interfaces, a collector, the
+    /// synthetic source; a file only alone), each with `threads` shards of its own.
+    pub inputs: Vec<Input>,
+    /// BPF capture filter (tcpdump syntax), for the packet captures among the inputs.
     pub filter: Option<String>,
+    /// Shards per input.
     pub threads: usize,
     pub replay: Replay,
     /// Table capacities here are totals; each shard gets an equal share.
@@ -66,8 +76,12 @@ pub struct SinkPlan {
 
 impl ProbeConfig {
     pub fn new(input: Input) -> ProbeConfig {
+        ProbeConfig::with_inputs(vec![input])
+    }
+
+    pub fn with_inputs(inputs: Vec<Input>) -> ProbeConfig {
         ProbeConfig {
-            input,
+            inputs,
             filter: None,
             threads: 1,
             replay: Replay::Fast,

@@ -466,15 +466,55 @@ fn open_output(path: &std::path::Path) -> Result<Box<dyn Write + Send>, ProbeErr
     Ok(Box::new(std::io::BufWriter::with_capacity(1 << 20, f)))
 }
 
+/// The combinations of inputs one probe can read: a file only alone (it runs on its own
+/// clock and ends by itself), one collector input (it may listen on several sources), and
+/// the capture filter only with a packet capture to apply to.
+fn check_inputs(cfg: &ProbeConfig) -> Result<(), ProbeError> {
+    let count = |f: fn(&Input) -> bool| cfg.inputs.iter().filter(|i| f(i)).count();
+    let files = count(|i| matches!(i, Input::File(_)));
+    if cfg.inputs.is_empty() {
+        return Err(ProbeError::Config(
+            "no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE".into(),
+        ));
+    }
+    if files > 0 && cfg.inputs.len() > 1 {
+        return Err(ProbeError::Config(
+            "-r FILE is read alone (it replays its own time and ends by itself): drop the \
+             other inputs, or run a second sonde for them"
+                .into(),
+        ));
+    }
+    if count(|i| matches!(i, Input::Collect(_))) > 1 {
+        return Err(ProbeError::Config(
+            "give every collector source in one --collect list (repeat --collect)".into(),
+        ));
+    }
+    let captures = count(|i| matches!(i, Input::File(_) | Input::Live(_)));
+    if cfg.filter.is_some() && captures == 0 {
+        let what = if count(|i| matches!(i, Input::Collect(_))) > 0 {
+            "collected flows"
+        } else {
+            "--synthetic traffic"
+        };
+        return Err(ProbeError::Config(format!(
+            "-f/--filter does not apply to {what}"
+        )));
+    }
+    Ok(())
+}
+
 /// Opens the input (so bad files, interfaces and filters fail here, before any thread starts)
 /// and starts the shard, reader and sink threads.
 pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
-    let threads = cfg.threads;
-    if threads == 0 || threads > 1024 {
+    let per_input = cfg.threads;
+    if per_input == 0 || per_input > 1024 {
         return Err(ProbeError::Config(format!(
-            "--threads must be between 1 and 1024, got {threads}"
+            "--threads must be between 1 and 1024, got {per_input}"
         )));
     }
+    check_inputs(&cfg)?;
+    // Every input has its own shards; the views and the sinks see them all as one.
+    let threads = per_input * cfg.inputs.len();
     let per_shard = EngineConfig {
         max_flows: cfg.engine.max_flows.div_ceil(threads),
         max_hosts: cfg.engine.max_hosts.div_ceil(threads),
@@ -487,7 +527,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     // Sinks first: a bad output path is reported before reading anything. Each runs behind
     // its own queue; the dispatcher offers every batch to each.
     let mut sinks: Vec<QueuedSink> = Vec::new();
-    let live = matches!(cfg.input, Input::Live(_) | Input::Collect(_));
+    let live = cfg.inputs.iter().any(Input::is_live);
     let queue_error =
         |e: std::io::Error| ProbeError::Config(format!("cannot start a sink thread: {e}"));
     if let Some((path, format)) = &cfg.flows_out {
@@ -601,7 +641,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         ..per_shard
     };
 
-    let mut ctxs = Vec::new();
+    let mut all_ctxs = Vec::new();
     let mut shared = Vec::new();
     for _ in 0..threads {
         let (req_tx, req_rx) = bounded(16);
@@ -612,7 +652,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             wants_rows_buffer: AtomicBool::new(false),
         });
         shared.push(sh.clone());
-        ctxs.push(ShardCtx {
+        all_ctxs.push(ShardCtx {
             engine: {
                 let mut e = Engine::new(per_shard);
                 let dpi = cfg.dpi.clone().map(Dpi::new).transpose();
@@ -626,19 +666,19 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             },
             analytics: analytics
                 .as_ref()
-                .map(|(tx, _, _)| (ctxs.len(), tx.clone())),
+                .map(|(tx, _, _)| (all_ctxs.len(), tx.clone())),
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
             host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
-            series: series.as_ref().map(|(tx, _)| (ctxs.len(), tx.clone())),
+            series: series.as_ref().map(|(tx, _)| (all_ctxs.len(), tx.clone())),
             series_told: None,
             linger: cfg.linger,
             reader_ns: 0,
             host_cache: host_cache.as_ref().map(|(tx, _)| shard::HostCacheLink {
-                shard: ctxs.len(),
+                shard: all_ctxs.len(),
                 tx: tx.clone(),
                 replies: cache_replies.remove(0),
             }),
@@ -676,169 +716,170 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     let mut reader = None;
     let mut file_len = None;
     let mut deadline = cfg.duration.map(|d| Instant::now() + d);
-    match &cfg.input {
-        Input::File(path) => {
-            let src = FileSource::open(path)?;
-            file_len = Some(src.progress().1);
-            let first_filter = match (&cfg.filter, src.link_type()) {
-                (Some(expr), Some(link)) => Some((link, OfflineFilter::compile(expr, link)?)),
-                (Some(expr), None) => {
-                    // pcapng before its first interface block: check the syntax on Ethernet.
-                    OfflineFilter::compile(expr, sonde_wire::LinkType::Ethernet)?;
-                    None
+    for (k, input) in cfg.inputs.iter().enumerate() {
+        // This input's shards, named by their index among all shards.
+        let first = k * per_input;
+        let mut ctxs: Vec<ShardCtx> = all_ctxs.drain(..per_input).collect();
+        match input {
+            Input::File(path) => {
+                let src = FileSource::open(path)?;
+                file_len = Some(src.progress().1);
+                let first_filter = match (&cfg.filter, src.link_type()) {
+                    (Some(expr), Some(link)) => Some((link, OfflineFilter::compile(expr, link)?)),
+                    (Some(expr), None) => {
+                        // pcapng before its first interface block: check the syntax on Ethernet.
+                        OfflineFilter::compile(expr, sonde_wire::LinkType::Ethernet)?;
+                        None
+                    }
+                    _ => None,
+                };
+                let filters = Filters::new(cfg.filter.clone(), first_filter);
+                let pacer = (cfg.replay == Replay::Realtime).then(Pacer::new);
+                // A file ends by itself; --duration only ends the lingering after it.
+                if !cfg.linger {
+                    deadline = None;
                 }
-                _ => None,
-            };
-            let filters = Filters::new(cfg.filter.clone(), first_filter);
-            let pacer = (cfg.replay == Replay::Realtime).then(Pacer::new);
-            // A file ends by itself; --duration only ends the lingering after it.
-            if !cfg.linger {
-                deadline = None;
+                if per_input == 1 {
+                    let ctx = ctxs.pop().expect("one shard");
+                    let (progress, error) = (progress.clone(), error.clone());
+                    shard_handles.push(spawn(
+                        format!("shard{first}"),
+                        Box::new(move || {
+                            let input = source::FileInput {
+                                src,
+                                filters,
+                                pacer,
+                                progress,
+                                error,
+                                ingress: ShardStats::default(),
+                            };
+                            source::run(ctx, input)
+                        }),
+                    )?);
+                } else {
+                    let mut txs = Vec::new();
+                    let (recycle_tx, recycle_rx) = bounded::<DecodedBatch>(per_input * 8);
+                    for (i, ctx) in ctxs.drain(..).enumerate() {
+                        let (tx, rx) = bounded::<DecodedBatch>(8);
+                        txs.push(tx);
+                        let recycle = recycle_tx.clone();
+                        shard_handles.push(spawn(
+                            format!("shard{}", first + i),
+                            Box::new(move || {
+                                source::run(ctx, source::DecodedInput { rx, recycle })
+                            }),
+                        )?);
+                    }
+                    let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
+                    let tick_ns = per_shard.tick_ns;
+                    let dpi = cfg.dpi.as_ref().map(|d| d.backend);
+                    let marks = analytics_config
+                        .as_ref()
+                        .map(|c| (c.filter_sets.clone().map(sonde_analytics::FilterEval::new),));
+                    reader = Some(
+                        std::thread::Builder::new()
+                            .name("reader".into())
+                            .spawn(move || {
+                                read_and_dispatch(
+                                    src, filters, pacer, txs, recycle_rx, progress, error, stop,
+                                    tick_ns, dpi, marks,
+                                )
+                            })
+                            .map_err(|e| {
+                                ProbeError::Config(format!("cannot start the reader thread: {e}"))
+                            })?,
+                    );
+                }
             }
-            if threads == 1 {
-                let ctx = ctxs.pop().expect("one shard");
-                let (progress, error) = (progress.clone(), error.clone());
-                shard_handles.push(spawn(
-                    "shard0".into(),
-                    Box::new(move || {
-                        let input = source::FileInput {
-                            src,
-                            filters,
-                            pacer,
-                            progress,
-                            error,
-                            ingress: ShardStats::default(),
-                        };
-                        source::run(ctx, input)
-                    }),
-                )?);
-            } else {
+            Input::Live(name) => {
+                // One fanout group per interface.
+                let group =
+                    (per_input > 1).then(|| ((std::process::id() + k as u32) & 0xffff) as u16);
+                let mut sources = Vec::new();
+                for _ in 0..per_input {
+                    let mut lc = LiveConfig::new(name);
+                    lc.filter = cfg.filter.clone();
+                    lc.fanout_group = group;
+                    sources.push(LiveSource::open(lc)?);
+                }
+                for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
+                    let link = src.link_type();
+                    shard_handles.push(spawn(
+                        format!("shard{}", first + i),
+                        Box::new(move || source::run(ctx, source::LiveInput { src, link })),
+                    )?);
+                }
+            }
+            Input::Collect(sources) => {
                 let mut txs = Vec::new();
-                let (recycle_tx, recycle_rx) = bounded::<DecodedBatch>(threads * 8);
+                let (recycle_tx, recycle_rx) = bounded::<CollectedBatch>(per_input * 16);
                 for (i, ctx) in ctxs.drain(..).enumerate() {
-                    let (tx, rx) = bounded::<DecodedBatch>(8);
+                    let (tx, rx) = bounded::<CollectedBatch>(64);
                     txs.push(tx);
                     let recycle = recycle_tx.clone();
                     shard_handles.push(spawn(
-                        format!("shard{i}"),
-                        Box::new(move || source::run(ctx, source::DecodedInput { rx, recycle })),
+                        format!("shard{}", first + i),
+                        Box::new(move || {
+                            source::run(ctx, source::CollectedInput::new(rx, recycle))
+                        }),
                     )?);
                 }
-                let (progress, error, stop) = (progress.clone(), error.clone(), stop.clone());
-                let tick_ns = per_shard.tick_ns;
-                let dpi = cfg.dpi.as_ref().map(|d| d.backend);
-                let marks = analytics_config
-                    .as_ref()
-                    .map(|c| (c.filter_sets.clone().map(sonde_analytics::FilterEval::new),));
-                reader = Some(
-                    std::thread::Builder::new()
-                        .name("reader".into())
-                        .spawn(move || {
-                            read_and_dispatch(
-                                src, filters, pacer, txs, recycle_rx, progress, error, stop,
-                                tick_ns, dpi, marks,
-                            )
-                        })
-                        .map_err(|e| {
-                            ProbeError::Config(format!("cannot start the reader thread: {e}"))
-                        })?,
-                );
-            }
-        }
-        Input::Live(name) => {
-            let group = (threads > 1).then(|| (std::process::id() & 0xffff) as u16);
-            let mut sources = Vec::new();
-            for _ in 0..threads {
-                let mut lc = LiveConfig::new(name);
-                lc.filter = cfg.filter.clone();
-                lc.fanout_group = group;
-                sources.push(LiveSource::open(lc)?);
-            }
-            for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
-                let link = src.link_type();
-                shard_handles.push(spawn(
-                    format!("shard{i}"),
-                    Box::new(move || source::run(ctx, source::LiveInput { src, link })),
-                )?);
-            }
-        }
-        Input::Collect(sources) => {
-            if cfg.filter.is_some() {
-                return Err(ProbeError::Config(
-                    "-f/--filter does not apply to collected flows".into(),
-                ));
-            }
-            let mut txs = Vec::new();
-            let (recycle_tx, recycle_rx) = bounded::<CollectedBatch>(threads * 16);
-            for (i, ctx) in ctxs.drain(..).enumerate() {
-                let (tx, rx) = bounded::<CollectedBatch>(64);
-                txs.push(tx);
-                let recycle = recycle_tx.clone();
-                shard_handles.push(spawn(
-                    format!("shard{i}"),
-                    Box::new(move || source::run(ctx, source::CollectedInput::new(rx, recycle))),
-                )?);
-            }
-            for src in sources {
-                let out = Dispatcher::new(txs.clone(), recycle_rx.clone());
-                let (stop, counters) = (stop.clone(), collector_counters.clone());
-                let h = match src {
-                    CollectSource::Zmq(endpoint) => {
-                        let sock = collect::bind_zmq(endpoint).map_err(ProbeError::Config)?;
-                        std::thread::Builder::new()
-                            .name("collect-zmq".into())
-                            .spawn(move || collect::run_zmq(sock, out, stop, counters))
-                    }
-                    CollectSource::Udp(addr) => {
-                        let sock = std::net::UdpSocket::bind(addr)
-                            .and_then(|s| {
-                                s.set_read_timeout(Some(Duration::from_millis(200)))?;
-                                collect::enlarge_receive_buffer(&s);
-                                Ok(s)
-                            })
-                            .map_err(|e| {
-                                ProbeError::Config(format!(
-                                    "--collect udp://{addr}: cannot listen ({e}); is the port \
+                for src in sources {
+                    let out = Dispatcher::new(txs.clone(), recycle_rx.clone());
+                    let (stop, counters) = (stop.clone(), collector_counters.clone());
+                    let h = match src {
+                        CollectSource::Zmq(endpoint) => {
+                            let sock = collect::bind_zmq(endpoint).map_err(ProbeError::Config)?;
+                            std::thread::Builder::new()
+                                .name("collect-zmq".into())
+                                .spawn(move || collect::run_zmq(sock, out, stop, counters))
+                        }
+                        CollectSource::Udp(addr) => {
+                            let sock = std::net::UdpSocket::bind(addr)
+                                .and_then(|s| {
+                                    s.set_read_timeout(Some(Duration::from_millis(200)))?;
+                                    collect::enlarge_receive_buffer(&s);
+                                    Ok(s)
+                                })
+                                .map_err(|e| {
+                                    ProbeError::Config(format!(
+                                        "--collect udp://{addr}: cannot listen ({e}); is the port \
                                      in use, or the address not one of this machine's?"
-                                ))
-                            })?;
-                        std::thread::Builder::new()
-                            .name("collect-udp".into())
-                            .spawn(move || collect::run_udp(sock, out, stop, counters))
-                    }
-                    CollectSource::Tcp(addr) => {
-                        let l = std::net::TcpListener::bind(addr)
-                            .and_then(|l| {
-                                l.set_nonblocking(true)?;
-                                Ok(l)
-                            })
-                            .map_err(|e| {
-                                ProbeError::Config(format!(
-                                    "--collect tcp://{addr}: cannot listen ({e}); is the port \
+                                    ))
+                                })?;
+                            std::thread::Builder::new()
+                                .name("collect-udp".into())
+                                .spawn(move || collect::run_udp(sock, out, stop, counters))
+                        }
+                        CollectSource::Tcp(addr) => {
+                            let l = std::net::TcpListener::bind(addr)
+                                .and_then(|l| {
+                                    l.set_nonblocking(true)?;
+                                    Ok(l)
+                                })
+                                .map_err(|e| {
+                                    ProbeError::Config(format!(
+                                        "--collect tcp://{addr}: cannot listen ({e}); is the port \
                                      in use, or the address not one of this machine's?"
-                                ))
-                            })?;
-                        std::thread::Builder::new()
-                            .name("collect-tcp".into())
-                            .spawn(move || collect::run_tcp(l, out, stop, counters))
+                                    ))
+                                })?;
+                            std::thread::Builder::new()
+                                .name("collect-tcp".into())
+                                .spawn(move || collect::run_tcp(l, out, stop, counters))
+                        }
                     }
+                    .map_err(|e| ProbeError::Config(format!("cannot start a collector: {e}")))?;
+                    receivers.push(h);
                 }
-                .map_err(|e| ProbeError::Config(format!("cannot start a collector: {e}")))?;
-                receivers.push(h);
             }
-        }
-        Input::Synthetic(spec) => {
-            if cfg.filter.is_some() {
-                return Err(ProbeError::Config(
-                    "-f/--filter does not apply to --synthetic traffic".into(),
-                ));
-            }
-            for (i, ctx) in ctxs.drain(..).enumerate() {
-                let src = SyntheticSource::new(spec.clone(), i as u32, threads as u32);
-                shard_handles.push(spawn(
-                    format!("shard{i}"),
-                    Box::new(move || source::run(ctx, source::SyntheticInput { src })),
-                )?);
+            Input::Synthetic(spec) => {
+                for (i, ctx) in ctxs.drain(..).enumerate() {
+                    let src = SyntheticSource::new(spec.clone(), i as u32, per_input as u32);
+                    shard_handles.push(spawn(
+                        format!("shard{}", first + i),
+                        Box::new(move || source::run(ctx, source::SyntheticInput { src })),
+                    )?);
+                }
             }
         }
     }

@@ -11,8 +11,8 @@ use std::path::PathBuf;
     version,
     about = "Real-time network traffic monitor: packets in, exact flows and hosts out"
 )]
-// One input: from these flags, or from the config file's [input] (checked once both are read).
-#[command(group = clap::ArgGroup::new("input").args(["read", "interface", "synthetic", "collect"]))]
+// The inputs: from these flags, or from the config file's [input] (checked once both are read).
+#[command(group = clap::ArgGroup::new("input").multiple(true).args(["read", "interface", "synthetic", "collect"]))]
 pub struct Cli {
     /// Read settings from a TOML file ('sonde config example' prints one); flags given here
     /// win over it, and list flags (--export, --threshold, --filter-set…) add to its lists.
@@ -21,9 +21,10 @@ pub struct Cli {
     /// Read packets from a pcap or pcapng file.
     #[arg(short = 'r', long = "read", value_name = "FILE")]
     pub read: Option<PathBuf>,
-    /// Capture live on an interface (needs root or CAP_NET_RAW).
+    /// Capture live on an interface (needs root or CAP_NET_RAW); may be given several times,
+    /// and with --collect or --synthetic: one sonde, one view of them all (-t shards each).
     #[arg(short = 'i', long = "interface", value_name = "IFACE")]
-    pub interface: Option<String>,
+    pub interface: Vec<String>,
     /// Forge traffic in memory: hosts=N,size=BYTES[,packets=P][,random-src][,seed=S]
     /// [,payload=zero|http|tls|dns|mix].
     #[arg(long, value_name = "SPEC")]
@@ -54,7 +55,7 @@ pub struct Cli {
         requires = "synthetic"
     )]
     pub write: Option<PathBuf>,
-    /// Shards (one per core); both directions of a flow always go to the same shard.
+    /// Shards per input (one per core); both directions of a flow always go to the same shard.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
     /// Read a file as fast as possible, or paced by its timestamps.

@@ -39,7 +39,8 @@ pub struct File {
 #[serde(deny_unknown_fields)]
 pub struct InputSection {
     pub read: Option<PathBuf>,
-    pub interface: Option<String>,
+    #[serde(default, deserialize_with = "one_or_many")]
+    pub interface: Option<Vec<String>>,
     #[serde(default, deserialize_with = "synthetic_spec")]
     pub synthetic: Option<String>,
     #[serde(default, deserialize_with = "collect_sources")]
@@ -175,6 +176,22 @@ fn collect_sources<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>
         sonde_probe::CollectSource::parse(s).map_err(custom)?;
     }
     Ok(Some(v))
+}
+
+/// A string, or a list of strings (`interface = "eth0"` or `interface = ["eth0", "eth1"]`).
+fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum OneOrMany {
+        One(String),
+        Many(Vec<String>),
+    }
+    match OneOrMany::deserialize(d).map_err(|_| {
+        custom("give a name or a list of names, e.g. \"eth0\" or [\"eth0\", \"eth1\"]")
+    })? {
+        OneOrMany::One(s) => Ok(Some(vec![s])),
+        OneOrMany::Many(v) => Ok(Some(v)),
+    }
 }
 
 fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -402,7 +419,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
         .any(|id| given(id));
     if !flag_input {
         cli.read = i.read.map(path);
-        cli.interface = i.interface;
+        cli.interface = i.interface.unwrap_or_default();
         cli.synthetic = i.synthetic;
         cli.collect = i.collect.unwrap_or_default();
     }
@@ -496,6 +513,19 @@ mod tests {
         assert!(e.starts_with(" line 2, key input.replay"), "{e}");
         let e = parse("[flows\n").unwrap_err();
         assert!(e.starts_with(" line 1"), "{e}");
+    }
+
+    #[test]
+    fn interfaces_are_one_name_or_a_list() {
+        let one = parse("[input]\ninterface = \"eth0\"\n").unwrap();
+        assert_eq!(one.input.interface, Some(vec!["eth0".to_string()]));
+        let two = parse("[input]\ninterface = [\"eth0\", \"eth1\"]\n").unwrap();
+        assert_eq!(
+            two.input.interface,
+            Some(vec!["eth0".into(), "eth1".into()])
+        );
+        let e = parse("[input]\ninterface = 3\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key input.interface"), "{e}");
     }
 
     #[test]

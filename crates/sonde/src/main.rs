@@ -263,7 +263,7 @@ fn config_command(args: Vec<std::ffi::OsString>) -> Result<()> {
                 "{}: ok (input {}, {} shard(s), {} flow/host sink(s){}{})",
                 args[1].to_string_lossy(),
                 p.source_name,
-                p.cfg.threads,
+                p.cfg.threads * p.cfg.inputs.len(),
                 sinks,
                 cli.http
                     .map(|a| format!(", web console on {a}"))
@@ -308,7 +308,7 @@ fn clap_error_line(e: &clap::Error) -> String {
     what.join(" ").trim_start_matches("error: ").to_string()
 }
 
-/// `--config FILE` laid under the flags, then the one-input rule checked on the result.
+/// `--config FILE` laid under the flags, then the input rules checked on the result.
 fn with_config_file(flags: Flags) -> Result<Cli> {
     let Flags { mut cli, matches } = flags;
     if let Some(path) = cli.config.clone() {
@@ -316,24 +316,22 @@ fn with_config_file(flags: Flags) -> Result<Cli> {
         let base = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
         config_file::apply(file, &base, &mut cli, &matches);
     }
-    let inputs = [
-        cli.read.is_some(),
-        cli.interface.is_some(),
-        cli.synthetic.is_some(),
-        !cli.collect.is_empty(),
-    ];
-    match inputs.iter().filter(|&&x| x).count() {
-        0 => bail!(
+    let others = !cli.interface.is_empty() || cli.synthetic.is_some() || !cli.collect.is_empty();
+    match (cli.read.is_some(), others) {
+        (false, false) => bail!(
             "no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE (or an \
              [input] section in --config FILE)"
         ),
-        1 => Ok(cli),
-        _ => {
-            bail!(
-            "{}: [input] gives more than one of read, interface, synthetic and collect: keep one",
-            cli.config.as_deref().unwrap_or(std::path::Path::new("--config")).display()
-        )
-        }
+        (true, true) => bail!(
+            "{}-r FILE is read alone (it replays its own time and ends by itself): drop -i, \
+             --synthetic and --collect (or [input]'s interface, synthetic and collect), or run \
+             a second sonde for them",
+            cli.config
+                .as_deref()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default()
+        ),
+        _ => Ok(cli),
     }
 }
 
@@ -348,37 +346,42 @@ struct Prepared {
 /// Checks every setting and builds the probe's configuration; nothing is opened or started
 /// (`sonde config check` stops here).
 fn prepare(cli: &Cli) -> Result<Prepared> {
-    let input = if let Some(p) = &cli.read {
-        Input::File(p.clone())
-    } else if let Some(i) = &cli.interface {
-        Input::Live(i.clone())
-    } else if let Some(s) = &cli.synthetic {
-        Input::Synthetic(SyntheticSpec::parse(s)?)
-    } else if !cli.collect.is_empty() {
+    let mut inputs = Vec::new();
+    let mut names = Vec::new();
+    if let Some(p) = &cli.read {
+        inputs.push(Input::File(p.clone()));
+        names.push(p.display().to_string());
+    }
+    for i in &cli.interface {
+        inputs.push(Input::Live(i.clone()));
+        names.push(format!("interface {i}"));
+    }
+    if let Some(s) = &cli.synthetic {
+        inputs.push(Input::Synthetic(SyntheticSpec::parse(s)?));
+        names.push(format!("synthetic {s}"));
+    }
+    if !cli.collect.is_empty() {
         let sources: Result<Vec<_>, String> = cli
             .collect
             .iter()
             .map(|s| CollectSource::parse(s))
             .collect();
-        Input::Collect(sources.map_err(anyhow::Error::msg)?)
-    } else {
-        bail!("no input: give -r FILE, -i IFACE or --synthetic SPEC");
-    };
+        inputs.push(Input::Collect(sources.map_err(anyhow::Error::msg)?));
+        names.push(format!("collector {}", cli.collect.join(" ")));
+    }
+    if inputs.is_empty() {
+        bail!("no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE");
+    }
     if cli.threads == 0 {
         bail!("--threads must be at least 1");
     }
     if cli.idle_timeout == 0 {
         bail!("--idle-timeout must be at least 1 second");
     }
-    let source_name = match &input {
-        Input::File(p) => p.display().to_string(),
-        Input::Live(i) => format!("interface {i}"),
-        Input::Synthetic(_) => format!("synthetic {}", cli.synthetic.as_deref().unwrap_or("")),
-        Input::Collect(_) => format!("collector {}", cli.collect.join(" ")),
-    };
-    let is_live = matches!(input, Input::Live(_) | Input::Collect(_));
-    let is_file = matches!(input, Input::File(_));
-    let mut cfg = ProbeConfig::new(input);
+    let source_name = names.join(" + ");
+    let is_live = inputs.iter().any(Input::is_live);
+    let is_file = cli.read.is_some();
+    let mut cfg = ProbeConfig::with_inputs(inputs);
     cfg.filter = cli.filter.clone();
     cfg.threads = cli.threads;
     cfg.replay = match cli.replay {
@@ -599,7 +602,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
     drop(server);
 
     if let Some(path) = &cli.stats_json {
-        let v = summary_json(&summary, &source_name, cli.threads);
+        let v = summary_json(&summary, &source_name, summary.shards.len());
         let mut out = open_text_output(path)?;
         serde_json::to_writer_pretty(&mut out, &v)
             .with_context(|| format!("cannot write '{}'", path.display()))?;
