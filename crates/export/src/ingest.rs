@@ -58,7 +58,14 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
         bytes: num("IN_BYTES"),
         rev_packets: num("OUT_PKTS"),
         rev_bytes: num("OUT_BYTES"),
-        tcp_flags: num("TCP_FLAGS") as u8,
+        // Per side when the producer says (sonde and nProbe do), else both sides OR-ed.
+        tcp_flags: if o.contains_key("CLIENT_TCP_FLAGS") {
+            num("CLIENT_TCP_FLAGS")
+        } else {
+            num("TCP_FLAGS")
+        } as u8,
+        rev_tcp_flags: num("SERVER_TCP_FLAGS") as u8,
+        icmp_type_code: num("ICMP_TYPE") as u16,
         tos: num("SRC_TOS") as u8,
         in_if: num("INPUT_SNMP") as u32,
         out_if: num("OUTPUT_SNMP") as u32,

@@ -135,7 +135,7 @@ const FLOW: &[Field] = &[
     f("CLIENT_NW_LATENCY_MS", Duration, "ms", "flow", None, Fixed, false, "client side of the TCP handshake's round trip"),
     f("SERVER_NW_LATENCY_MS", Duration, "ms", "flow", None, Fixed, false, "server side of the TCP handshake's round trip"),
     f("SRC_TOS", Code, "", "flow", Some((5, 0)), Fixed, true, "IP type of service of the first packet"),
-    f("ICMP_TYPE", Code, "", "flow", Some((32, 0)), Fixed, false, "ICMP type * 256 + code (IPFIX 139 for ICMPv6)"),
+    f("ICMP_TYPE", Code, "", "flow", Some((32, 0)), Fixed, true, "ICMP type * 256 + code (IPFIX 139 for ICMPv6)"),
     f("IN_SRC_MAC", Mac, "", "flow", Some((56, 0)), Fixed, true, "client MAC address"),
     f("IN_DST_MAC", Mac, "", "flow", Some((80, 0)), Fixed, true, "server MAC address"),
     f("TUNNEL", Name, "", "flow", None, Fixed, false, "tunnel the flow was carried in (gtp, gre, vxlan, …)"),

@@ -25,6 +25,11 @@ pub struct CollectedFlow {
     pub first_ms: u64,
     pub last_ms: u64,
     pub tcp_flags: u8,
+    /// TCP flags of the reverse direction of a biflow record (RFC 5103 reverse
+    /// tcpControlBits; a JSON producer's SERVER_TCP_FLAGS), 0 when none.
+    pub rev_tcp_flags: u8,
+    /// ICMP type × 256 + code (icmpTypeCodeIPv4 32 / icmpTypeCodeIPv6 139), 0 when none.
+    pub icmp_type_code: u16,
     pub tos: u8,
     pub vlan: u16,
     pub src_mac: Option<[u8; 6]>,

@@ -697,3 +697,87 @@ fn empty_input_produces_nothing() {
         assert!(out.is_empty());
     }
 }
+
+/// sonde's collector reads back every element sonde's exporter writes into a field of the
+/// record, in each format and mode: nothing it sends arrives as an uninterpreted extra, except
+/// flowEndReason (136), which a collector does not take (it ends its flows by its own
+/// timeouts and says why itself), and applicationId (95), read into `app_id` and also kept
+/// whole (its engine and enterprise say which registry the number is from).
+#[test]
+fn the_collector_reads_every_element_the_exporter_writes() {
+    use sonde_flowproto::decode::Collector;
+    let peer: std::net::SocketAddr = "192.0.2.9:2055".parse().unwrap();
+    let mut icmp = v4(4, true);
+    (icmp.proto, icmp.sport, icmp.dport, icmp.icmp_type_code) = (1, 0, 0, 0x0800);
+    let mut icmp6 = v6(5);
+    (icmp6.proto, icmp6.sport, icmp6.dport, icmp6.icmp_type_code) = (58, 0, 0, 0x8000);
+    let flows = vec![v4(1, true), v4(2, false), v6(3), icmp, icmp6];
+    for (format, mode) in [
+        (ExportFormat::NetflowV9, IpfixMode::Biflow),
+        (ExportFormat::Ipfix, IpfixMode::Biflow),
+        (ExportFormat::Ipfix, IpfixMode::Unidirectional),
+    ] {
+        let mut c = cfg(format);
+        c.ipfix_mode = mode;
+        let mut out = Vec::new();
+        Exporter::new(c).encode(&flows, NOW, &mut out);
+        let mut collector = Collector::default();
+        let (mut got, mut samples) = (Vec::new(), Vec::new());
+        for d in &out {
+            collector
+                .decode(peer, d, NOW, &mut got, &mut samples)
+                .unwrap();
+        }
+        let what = format!("{format:?} {mode:?}");
+        assert!(got.len() >= flows.len(), "{what}: {} records", got.len());
+        for r in &got {
+            let unread: Vec<_> = r
+                .extra
+                .iter()
+                .filter(|(pen, id, _)| *pen != 0 || (*id != 136 && *id != 95))
+                .collect();
+            assert!(
+                unread.is_empty(),
+                "{what}: elements not read back: {unread:?}"
+            );
+        }
+        // The forward record of each flow carries what was sent.
+        for f in &flows {
+            let r = got
+                .iter()
+                .find(|r| r.src == f.src && r.sport == f.sport && r.proto == f.proto)
+                .unwrap_or_else(|| panic!("{what}: no record for {:?}", f.src));
+            assert_eq!(
+                (r.dst, r.dport, r.ip_version),
+                (f.dst, f.dport, f.ip_version),
+                "{what}"
+            );
+            assert_eq!((r.packets, r.bytes), (f.packets, f.bytes), "{what}");
+            assert_eq!((r.first_ms, r.last_ms), (f.first_ms, f.last_ms), "{what}");
+            assert_eq!(
+                (r.tcp_flags, r.tos, r.vlan),
+                (f.tcp_flags, f.tos, f.vlan),
+                "{what}"
+            );
+            assert_eq!(
+                (r.src_mac, r.dst_mac),
+                (Some(f.src_mac), Some(f.dst_mac)),
+                "{what}"
+            );
+            assert_eq!(r.icmp_type_code, f.icmp_type_code, "{what}");
+            assert_eq!(r.app_id, f.app_id, "{what}");
+            if format == ExportFormat::Ipfix {
+                // NetFlow v9 has no variable-length fields: the name travels in IPFIX only.
+                assert_eq!(r.app_name.as_deref(), Some(f.app_name.as_str()), "{what}");
+            }
+            if format == ExportFormat::Ipfix && mode == IpfixMode::Biflow {
+                assert_eq!(
+                    (r.rev_packets, r.rev_bytes),
+                    (f.rev_packets, f.rev_bytes),
+                    "{what}"
+                );
+                assert_eq!(r.rev_tcp_flags, f.rev_tcp_flags, "{what}");
+            }
+        }
+    }
+}

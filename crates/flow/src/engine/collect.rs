@@ -26,6 +26,7 @@ pub fn decoded_from_record(c: &CollectedFlow) -> Decoded {
         vlan: c.vlan,
         tcp_flags: c.tcp_flags,
         tos: c.tos,
+        icmp_type_code: c.icmp_type_code,
         ..Decoded::default()
     }
 }
@@ -113,6 +114,7 @@ impl Engine {
             f.add_counts(1 - dir, c.rev_packets, c.rev_bytes, first, last);
         }
         f.tcp_flags[dir] |= c.tcp_flags;
+        f.tcp_flags[1 - dir] |= c.rev_tcp_flags;
         f.exporter = exporter;
         f.in_if = c.in_if;
         f.out_if = c.out_if;

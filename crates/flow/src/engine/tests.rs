@@ -300,6 +300,49 @@ fn collected_records_merge_into_flows_and_hosts() {
     assert_eq!(sent, 18);
 }
 
+/// A biflow record's reverse TCP flags go to the server's side, and an ICMP record's type
+/// and code to the flow.
+#[test]
+fn collected_reverse_flags_and_icmp_type_are_kept() {
+    let mut e = Engine::new(EngineConfig::default());
+    let base = sonde_flowproto::CollectedFlow {
+        ip_version: 4,
+        src: v4([10, 0, 0, 1]),
+        dst: v4([10, 0, 0, 2]),
+        packets: 1,
+        bytes: 60,
+        rev_packets: 1,
+        rev_bytes: 60,
+        first_ms: 1_700_000_000_000,
+        last_ms: 1_700_000_000_000,
+        sampling: 1,
+        ..Default::default()
+    };
+    let tcp = sonde_flowproto::CollectedFlow {
+        sport: 40000,
+        dport: 443,
+        proto: 6,
+        tcp_flags: 0x02,
+        rev_tcp_flags: 0x12,
+        ..base.clone()
+    };
+    let icmp = sonde_flowproto::CollectedFlow {
+        proto: 1,
+        icmp_type_code: 0x0800,
+        ..base
+    };
+    e.ingest_flow(&tcp, 1_700_000_001 * S);
+    e.ingest_flow(&icmp, 1_700_000_001 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    let t = out.iter().find(|r| r.flow.key.proto == 6).unwrap();
+    let c = t.flow.client_dir();
+    assert_eq!((t.flow.tcp_flags[c], t.flow.tcp_flags[1 - c]), (0x02, 0x12));
+    let i = out.iter().find(|r| r.flow.key.proto == 1).unwrap();
+    assert_eq!(i.flow.icmp_type_code, 0x0800);
+}
+
 /// A producer's metadata keys (a sonde or nProbe sending JSON) become the record's typed
 /// metadata; values that do not fit their field, and unknown keys, stay text.
 #[test]

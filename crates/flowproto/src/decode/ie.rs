@@ -22,6 +22,7 @@ pub(super) const DST_PORT: u16 = 11;
 pub(super) const DST_V4: u16 = 12;
 pub(super) const EGRESS_IF: u16 = 14;
 pub(super) const LAST_SWITCHED: u16 = 21;
+pub(super) const ICMP_TYPE: u16 = 32;
 pub(super) const FIRST_SWITCHED: u16 = 22;
 pub(super) const POST_OCTET_DELTA: u16 = 23;
 pub(super) const POST_PACKET_DELTA: u16 = 24;
@@ -42,6 +43,7 @@ pub(super) const OCTET_TOTAL: u16 = 85;
 pub(super) const PACKET_TOTAL: u16 = 86;
 pub(super) const APPLICATION_ID: u16 = 95;
 pub(super) const APPLICATION_NAME: u16 = 96;
+pub(super) const ICMP_TYPE_V6: u16 = 139;
 pub(super) const FLOW_START_SECONDS: u16 = 150;
 pub(super) const FLOW_END_SECONDS: u16 = 151;
 pub(super) const FLOW_START_MS: u16 = 152;
@@ -180,6 +182,8 @@ pub(super) enum Kind {
     RevPktsDelta,
     RevBytesTotal,
     RevPktsTotal,
+    RevTcpFlags,
+    IcmpType,
     BytesDelta,
     PktsDelta,
     BytesTotal,
@@ -249,6 +253,7 @@ impl Kind {
                 PACKET_DELTA if int => Kind::RevPktsDelta,
                 OCTET_TOTAL if int => Kind::RevBytesTotal,
                 PACKET_TOTAL if int => Kind::RevPktsTotal,
+                TCP_FLAGS if int => Kind::RevTcpFlags,
                 _ => Kind::Extra,
             };
         }
@@ -265,6 +270,7 @@ impl Kind {
             PROTOCOL if int => Kind::Proto,
             TOS if int => Kind::Tos,
             TCP_FLAGS if int => Kind::TcpFlags,
+            ICMP_TYPE | ICMP_TYPE_V6 if int => Kind::IcmpType,
             SRC_PORT if int => Kind::SrcPort,
             DST_PORT if int => Kind::DstPort,
             UDP_SRC_PORT | TCP_SRC_PORT if int => Kind::AltSrcPort,
@@ -404,6 +410,8 @@ impl Acc {
             Kind::Proto => f.proto = u() as u8,
             Kind::Tos => f.tos = u() as u8,
             Kind::TcpFlags => f.tcp_flags = u() as u8,
+            Kind::RevTcpFlags => f.rev_tcp_flags = u() as u8,
+            Kind::IcmpType => f.icmp_type_code = u() as u16,
             Kind::SrcPort => f.sport = u() as u16,
             Kind::DstPort => f.dport = u() as u16,
             Kind::AltSrcPort => more.ports_alt.get_or_insert((0, 0)).0 = u() as u16,
