@@ -1,0 +1,130 @@
+//! The subcommands and modes that do not run the probe: `sonde sinks`, `sonde schema`,
+//! `sonde config`, `--threshold help`, and `-w` (the synthetic generator writing a pcap).
+
+use crate::config_file;
+use crate::settings::{clap_error_line, parse_flags, prepare, with_config_file};
+use anyhow::{bail, Context, Result};
+use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
+use sonde_probe::format_count;
+use std::process::ExitCode;
+
+/// `sonde schema [--json]`: the flow record's fields (JSON key, kind, unit, group, IPFIX
+/// element, history), as Markdown or as `/api/v1/schema` answers.
+pub(crate) fn schema_command(option: Option<&str>) -> ExitCode {
+    match option {
+        None => print!("{}", sonde_export::schema::markdown()),
+        Some("--json") => println!("{:#}", sonde_export::schema::json()),
+        Some(other) => {
+            eprintln!(
+                "sonde: error: schema {other}: unknown option; use 'sonde schema' (Markdown) or \
+                 'sonde schema --json'"
+            );
+            return ExitCode::from(2);
+        }
+    }
+    ExitCode::SUCCESS
+}
+
+/// `sonde sinks`: every kind of flow sink, how to ask for it and what its queue does when full.
+pub(crate) fn print_sinks() {
+    println!("{:<11} {:<12} {:<9} how", "sink", "when full", "options");
+    for k in sonde_probe::sinks::SINKS {
+        println!(
+            "{:<11} {:<12} {:<9} {}\n{:<34} {}",
+            k.name,
+            k.when_full.name(),
+            if k.options { "yes" } else { "no" },
+            k.usage,
+            "",
+            k.what
+        );
+    }
+    println!(
+        "\nQueue options go after the URL: ?when_full=block|drop_newest&queue=BATCHES (default {}).\n\
+         'when full' is the default on live inputs (-i, --collect); on a file or synthetic input\n\
+         every sink blocks unless its URL says otherwise.",
+        sonde_probe::sinks::DEFAULT_QUEUE_BATCHES
+    );
+}
+
+/// `sonde --threshold help`: the keys, their meaning and defaults.
+pub(crate) fn print_threshold_keys() {
+    println!("--threshold [NETWORK:]KEY=VALUE (VALUE: a number with k/M/G, or off)\n");
+    for k in sonde_analytics::config::KEYS.iter() {
+        let d = k.default.map_or("off".to_string(), |v| v.to_string());
+        println!("  {:<20} default {:<8} {}", k.name, d, k.what);
+    }
+}
+
+/// `sonde config example` prints a commented file; `sonde config check FILE [FLAGS…]` reads
+/// it (with any flags, as a run would) and checks every setting without starting anything.
+pub(crate) fn config_command(args: Vec<std::ffi::OsString>) -> Result<()> {
+    const USAGE: &str = "usage: sonde config example | sonde config check FILE [FLAGS…]";
+    match args.first().and_then(|a| a.to_str()) {
+        Some("example") if args.len() == 1 => {
+            print!("{}", config_file::EXAMPLE);
+            Ok(())
+        }
+        Some("check") if args.len() >= 2 => {
+            let mut argv: Vec<std::ffi::OsString> = vec!["sonde".into(), "--config".into()];
+            argv.extend(args[1..].iter().cloned());
+            let flags = parse_flags(argv).map_err(|e| anyhow::anyhow!(clap_error_line(&e)))?;
+            let cli = with_config_file(flags)?;
+            let p = prepare(&cli)?;
+            let sinks = p.cfg.extra_sinks.len()
+                + usize::from(p.cfg.flows_out.is_some())
+                + usize::from(p.cfg.hosts_out.is_some());
+            println!(
+                "{}: ok (input {}, {} shard(s), {} flow/host sink(s){}{})",
+                args[1].to_string_lossy(),
+                p.source_name,
+                p.cfg.threads * p.cfg.inputs.len(),
+                sinks,
+                cli.http
+                    .map(|a| format!(", web console on {a}"))
+                    .unwrap_or_default(),
+                cli.data_dir
+                    .as_ref()
+                    .map(|d| format!(", history in {}", d.display()))
+                    .unwrap_or_default(),
+            );
+            Ok(())
+        }
+        _ => bail!("{USAGE}"),
+    }
+}
+
+/// The generator: P synthetic packets into a classic pcap, 1 µs apart, for peers to read.
+pub(crate) fn write_synthetic(
+    spec: &SyntheticSpec,
+    path: &std::path::Path,
+    quiet: bool,
+) -> Result<ExitCode> {
+    let Some(total) = spec.packets else {
+        bail!("-w needs a packet count: add packets=P to --synthetic");
+    };
+    let mut w = PcapWriter::create(path, sonde_wire::LinkType::Ethernet)
+        .with_context(|| format!("cannot create '{}'", path.display()))?;
+    let mut src = SyntheticSource::new(spec.clone(), 0, 1);
+    let start_ns: u64 = 1_700_000_000_000_000_000;
+    let mut frame = Vec::new();
+    let mut i: u64 = 0;
+    while let Some(f) = src.next(start_ns + i * 1000) {
+        frame.clear();
+        frame.extend_from_slice(f.data);
+        fix_ipv4_checksum(&mut frame);
+        w.write(f.ts_ns, f.wire_len, &frame)
+            .with_context(|| format!("cannot write '{}'", path.display()))?;
+        i += 1;
+    }
+    w.finish()
+        .with_context(|| format!("cannot write '{}'", path.display()))?;
+    if !quiet {
+        eprintln!(
+            "sonde: wrote {} packets to {}",
+            format_count(total),
+            path.display()
+        );
+    }
+    Ok(ExitCode::SUCCESS)
+}

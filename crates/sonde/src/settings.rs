@@ -1,0 +1,339 @@
+//! From the command line to the probe's configuration (ripgrep's low-level → high-level
+//! arguments): the flags as clap parses them, the config file laid under them, the input
+//! rules, then every setting checked and turned into a [`ProbeConfig`]. Nothing is opened or
+//! started here (`sonde config check` stops after [`prepare`]).
+
+use crate::cli::{Cli, DpiArg, FormatArg, OnOff, ReplayArg, TableFullArg};
+use crate::config_file;
+use anyhow::{bail, Context, Result};
+use clap::{CommandFactory, FromArgMatches};
+use sonde_capture::SyntheticSpec;
+use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
+use sonde_export::Format;
+use sonde_flow::{EngineConfig, FullPolicy};
+use sonde_probe::sinks::{self, QueueRequest, RecordSink};
+use sonde_probe::{
+    CollectSource, ExportTarget, FlowExportSink, HistorySink, Input, ProbeConfig, Replay, SinkPlan,
+    ZmqSink,
+};
+use std::time::Duration;
+
+fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
+    let backend = match cli.dpi {
+        DpiArg::Off => return Ok(None),
+        DpiArg::Builtin => Backend::Builtin,
+        DpiArg::Ndpi if !NDPI_AVAILABLE => bail!(
+            "--dpi ndpi: this sonde was built without the nDPI backend; use --dpi builtin, or \
+             rebuild with 'cargo build --release --features ndpi' (needs Debian's libndpi-dev)"
+        ),
+        DpiArg::Ndpi => Backend::Ndpi,
+    };
+    let mut services = Services::builtin();
+    for path in &cli.dpi_services {
+        let text = std::fs::read_to_string(path)
+            .with_context(|| format!("--dpi-services: cannot read '{}'", path.display()))?;
+        services.load(&path.display().to_string(), &text)?;
+    }
+    Ok(Some(DpiConfig {
+        backend,
+        services: std::sync::Arc::new(services),
+        ..DpiConfig::default()
+    }))
+}
+
+/// The analytics flags: filter-sets compiled (a bad expression is an error naming its set
+/// and label), thresholds parsed, outputs named.
+fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings>> {
+    use sonde_analytics::{AnalyticsConfig, FilterSetSpec, FilterSets, Thresholds};
+    if cli.analytics == OnOff::Off {
+        if !cli.filter_set.is_empty() || !cli.threshold.is_empty() || cli.alerts_out.is_some() {
+            bail!(
+                "--analytics off contradicts --filter-set, --threshold and --alerts-out: drop one or the other"
+            );
+        }
+        return Ok(None);
+    }
+    if cli.top_interval == 0 || cli.top_interval > 3600 {
+        bail!("--top-interval must be between 1 and 3600 seconds");
+    }
+    if cli.top_n == 0 || cli.top_n > 10_000 {
+        bail!("--top-n must be between 1 and 10000");
+    }
+    let specs = cli
+        .filter_set
+        .iter()
+        .map(|t| FilterSetSpec::parse(t))
+        .collect::<Result<Vec<_>, _>>()?;
+    let filter_sets = if specs.is_empty() {
+        None
+    } else {
+        Some(std::sync::Arc::new(FilterSets::compile(&specs)?))
+    };
+    let thresholds = Thresholds::parse(&cli.threshold).map_err(anyhow::Error::msg)?;
+    let history = cli.data_dir.clone().map(|d| {
+        let max_age = (cli.history_max_age.max(0.0) * 86_400.0) as u64;
+        (d, max_age)
+    });
+    Ok(Some(sonde_probe::AnalyticsSettings {
+        config: AnalyticsConfig {
+            interval_s: cli.top_interval,
+            top_n: cli.top_n,
+            thresholds,
+            filter_sets,
+            shards: cli.threads.max(1),
+        },
+        alerts_out: cli.alerts_out.clone(),
+        history,
+    }))
+}
+
+/// A network sink's URL without its queue options (`?when_full=block&queue=256`), and what
+/// they ask for.
+fn split_queue_options(text: &str, flag: &str) -> Result<(String, QueueRequest)> {
+    QueueRequest::split(text).map_err(|e| anyhow::anyhow!("{flag} {e}"))
+}
+
+/// Loads (or, on first start, creates) the users file and the TLS files for `--http`.
+pub(crate) fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
+    use sonde_server::users::{self, Role, Users};
+    let tls = match (&cli.https_cert, &cli.https_key) {
+        (Some(c), Some(k)) => Some(sonde_server::tls::config(c, k).map_err(anyhow::Error::msg)?),
+        _ => None,
+    };
+    if cli.no_auth {
+        if cli.users.is_some() {
+            bail!("--users and --no-auth contradict each other: drop one");
+        }
+        return Ok(sonde_server::Guard { users: None, tls });
+    }
+    let path = cli.users.clone().unwrap_or_else(users::default_path);
+    let mut list = Users::load(&path).map_err(anyhow::Error::msg)?;
+    if !list.has_users() {
+        let password = users::new_password().map_err(anyhow::Error::msg)?;
+        list.set_user("admin", Role::Admin, &password)
+            .map_err(anyhow::Error::msg)?;
+        list.save().map_err(anyhow::Error::msg)?;
+        // Printed once: only the hash is kept.
+        eprintln!(
+            "sonde: first start: created user \"admin\" with password {password} (kept hashed in \
+             {}; change it with 'sonde user add admin --role admin')",
+            path.display()
+        );
+    }
+    Ok(sonde_server::Guard {
+        users: Some(list),
+        tls,
+    })
+}
+
+/// The flags, and which of them the command line gave (the config file fills the others).
+pub(crate) struct Flags {
+    pub(crate) cli: Cli,
+    pub(crate) matches: clap::ArgMatches,
+}
+
+pub(crate) fn parse_flags<I, T>(args: I) -> Result<Flags, clap::Error>
+where
+    I: IntoIterator<Item = T>,
+    T: Into<std::ffi::OsString> + Clone,
+{
+    let matches = Cli::command().try_get_matches_from(args)?;
+    let cli = Cli::from_arg_matches(&matches)?;
+    Ok(Flags { cli, matches })
+}
+
+/// clap's message spans several lines: the part before its usage and tips, on one line (a
+/// missing argument is named on the line after the first).
+pub(crate) fn clap_error_line(e: &clap::Error) -> String {
+    let text = e.to_string();
+    let what: Vec<&str> = text
+        .lines()
+        .take_while(|l| !l.starts_with("Usage:") && !l.trim_start().starts_with("tip:"))
+        .map(str::trim)
+        .filter(|l| !l.is_empty())
+        .collect();
+    what.join(" ").trim_start_matches("error: ").to_string()
+}
+
+/// `--config FILE` laid under the flags, then the input rules checked on the result.
+pub(crate) fn with_config_file(flags: Flags) -> Result<Cli> {
+    let Flags { mut cli, matches } = flags;
+    if let Some(path) = cli.config.clone() {
+        let file = config_file::load(&path)?;
+        let base = path.parent().map(|p| p.to_path_buf()).unwrap_or_default();
+        config_file::apply(file, &base, &mut cli, &matches);
+    }
+    let others = !cli.interface.is_empty() || cli.synthetic.is_some() || !cli.collect.is_empty();
+    match (cli.read.is_some(), others) {
+        (false, false) => bail!(
+            "no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE (or an \
+             [input] section in --config FILE)"
+        ),
+        (true, true) => bail!(
+            "{}-r FILE is read alone (it replays its own time and ends by itself): drop -i, \
+             --synthetic and --collect (or [input]'s interface, synthetic and collect), or run \
+             a second sonde for them",
+            cli.config
+                .as_deref()
+                .map(|p| format!("{}: ", p.display()))
+                .unwrap_or_default()
+        ),
+        _ => Ok(cli),
+    }
+}
+
+/// What the flags (and the config file) amount to, checked: everything but the start.
+pub(crate) struct Prepared {
+    pub(crate) cfg: ProbeConfig,
+    pub(crate) source_name: String,
+    pub(crate) is_file: bool,
+    pub(crate) stats_every: Option<Duration>,
+}
+
+/// Checks every setting and builds the probe's configuration; nothing is opened or started
+/// (`sonde config check` stops here).
+pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
+    let mut inputs = Vec::new();
+    let mut names = Vec::new();
+    if let Some(p) = &cli.read {
+        inputs.push(Input::File(p.clone()));
+        names.push(p.display().to_string());
+    }
+    for i in &cli.interface {
+        inputs.push(Input::Live(i.clone()));
+        names.push(format!("interface {i}"));
+    }
+    if let Some(s) = &cli.synthetic {
+        inputs.push(Input::Synthetic(SyntheticSpec::parse(s)?));
+        names.push(format!("synthetic {s}"));
+    }
+    if !cli.collect.is_empty() {
+        let sources: Result<Vec<_>, String> = cli
+            .collect
+            .iter()
+            .map(|s| CollectSource::parse(s))
+            .collect();
+        inputs.push(Input::Collect(sources.map_err(anyhow::Error::msg)?));
+        names.push(format!("collector {}", cli.collect.join(" ")));
+    }
+    if inputs.is_empty() {
+        bail!("no input: give -r FILE, -i IFACE, --synthetic SPEC or --collect SOURCE");
+    }
+    if cli.threads == 0 {
+        bail!("--threads must be at least 1");
+    }
+    if cli.idle_timeout == 0 {
+        bail!("--idle-timeout must be at least 1 second");
+    }
+    let source_name = names.join(" + ");
+    let is_live = inputs.iter().any(Input::is_live);
+    let is_file = cli.read.is_some();
+    let mut cfg = ProbeConfig::with_inputs(inputs);
+    cfg.filter = cli.filter.clone();
+    cfg.threads = cli.threads;
+    cfg.replay = match cli.replay {
+        ReplayArg::Fast => Replay::Fast,
+        ReplayArg::Realtime => Replay::Realtime,
+    };
+    cfg.engine = EngineConfig {
+        max_flows: cli.max_flows,
+        max_hosts: cli.max_hosts,
+        idle_timeout_ns: cli.idle_timeout * 1_000_000_000,
+        active_timeout_ns: cli.active_timeout * 1_000_000_000,
+        full_policy: match cli.table_full {
+            TableFullArg::Evict => FullPolicy::EvictIdle,
+            TableFullArg::Drop => FullPolicy::Drop,
+        },
+        ..EngineConfig::default()
+    };
+    let format = match cli.flows_format {
+        FormatArg::Json => Format::Json,
+        FormatArg::Csv => Format::Csv,
+    };
+    cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
+    cfg.hosts_out = cli.hosts_out.clone();
+    cfg.dpi = dpi_config(cli)?;
+    for text in &cli.export {
+        let (url, req) = split_queue_options(text, "--export")?;
+        let target = ExportTarget::parse(&url).map_err(anyhow::Error::msg)?;
+        let kind = target.kind();
+        let queue = sinks::registered(kind).queue(req, is_live);
+        cfg.extra_sinks.push(SinkPlan {
+            kind,
+            queue,
+            make: std::sync::Arc::new(move || {
+                FlowExportSink::open(target.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
+    }
+    for text in &cli.zmq_export {
+        let (endpoint, req) = split_queue_options(text, "--zmq-export")?;
+        let queue = sinks::registered("zmq").queue(req, is_live);
+        cfg.extra_sinks.push(SinkPlan {
+            kind: "zmq",
+            queue,
+            make: std::sync::Arc::new(move || {
+                ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
+    }
+    if let Some(dir) = cli.data_dir.clone() {
+        let ok = |x: f64| x >= 0.0 && x.is_finite();
+        if !ok(cli.history_max_age) || !ok(cli.history_max_size) {
+            bail!("--history-max-age and --history-max-size must be 0 or positive numbers");
+        }
+        let retention = sonde_history::store::Retention {
+            max_age_ms: (cli.history_max_age * 86_400_000.0) as u64,
+            max_bytes: (cli.history_max_size * (1u64 << 30) as f64) as u64,
+            ..Default::default()
+        };
+        let mut series = sonde_history::series::Config::default();
+        if let Some(text) = &cli.series_retention {
+            let rows: Vec<u32> = text
+                .split(',')
+                .map(|v| v.trim().parse::<u32>())
+                .collect::<Result<_, _>>()
+                .ok()
+                .filter(|v: &Vec<u32>| v.len() == 4)
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "--series-retention '{text}': give four row counts, for 1 s, 1 min, 1 h \
+                         and 1 day, e.g. 3600,10080,8760,1826"
+                    )
+                })?;
+            series.slots = [rows[0], rows[1], rows[2], rows[3]];
+        }
+        cfg.series = Some((dir.clone(), series));
+        cfg.extra_sinks.push(SinkPlan {
+            kind: "history",
+            queue: sinks::registered("history").queue(QueueRequest::default(), is_live),
+            make: std::sync::Arc::new(move || {
+                HistorySink::open(&dir, retention).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+        });
+    }
+    cfg.analytics = analytics_settings(cli)?;
+    cfg.duration = match cli.duration {
+        Some(d) if !(d > 0.0 && d.is_finite()) => {
+            bail!("--duration must be a positive number of seconds")
+        }
+        Some(d) => Some(Duration::from_secs_f64(d)),
+        None => None,
+    };
+    let stats_every = match cli.stats_interval {
+        Some(s) if s < 0.0 || !s.is_finite() => {
+            bail!("--stats-interval must be 0 or a positive number of seconds")
+        }
+        Some(0.0) => None,
+        Some(s) => Some(Duration::from_secs_f64(s)),
+        None if is_live && !cli.quiet => Some(Duration::from_secs(1)),
+        None => None,
+    };
+
+    Ok(Prepared {
+        cfg,
+        source_name,
+        is_file,
+        stats_every,
+    })
+}
