@@ -259,28 +259,34 @@ def test_interface_names_from_options_in_stats(sonde_bin, workdir):
     assert exporter["option_records"] == 2
 
 
-def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):
-    """IPFIX over TCP: one sonde exports a capture's flows (`--export ipfix+tcp://`), another
-    collects them (`--collect tcp://`): same flows, packets and bytes per direction."""
-    port = _free_udp_port()  # a free port number; TCP on it is free too in practice
-    flows, stats = workdir / "tcp-collected.jsonl", workdir / "tcp-stats.json"
-    upper = subprocess.Popen(
-        [str(sonde_bin), "--collect", f"tcp://127.0.0.1:{port}", "--duration", "5",
-         "--flows-out", str(flows), "--stats-json", str(stats), *ARGS],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+def _export_to_collecting_sonde(sonde_bin, upper_args, pcap, url, exported_flows):
+    """Starts a collecting sonde (`upper_args`), has a second one read `pcap` and export its
+    flows to `url` (its own flows kept in `exported_flows`), and waits for both to end well."""
+    upper = subprocess.Popen([str(sonde_bin), *upper_args, *ARGS], stdout=subprocess.PIPE,
+                             stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
         time.sleep(0.5)
-        low_flows = workdir / "exported.jsonl"
         low = subprocess.run(
-            [str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--export",
-             f"ipfix+tcp://127.0.0.1:{port}", "--flows-out", str(low_flows), *ARGS],
-            capture_output=True, text=True, timeout=60)
+            [str(sonde_bin), "-r", str(pcap), "--export", url, "--flows-out",
+             str(exported_flows), *ARGS], capture_output=True, text=True, timeout=60)
         assert low.returncode == 0, low.stderr
         _, err = upper.communicate(timeout=60)
     finally:
         if upper.poll() is None:
             upper.kill()
     assert upper.returncode == 0, err
+
+
+def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):
+    """IPFIX over TCP: one sonde exports a capture's flows (`--export ipfix+tcp://`), another
+    collects them (`--collect tcp://`): same flows, packets and bytes per direction."""
+    port = _free_udp_port()  # a free port number; TCP on it is free too in practice
+    flows, stats = workdir / "tcp-collected.jsonl", workdir / "tcp-stats.json"
+    low_flows = workdir / "exported.jsonl"
+    _export_to_collecting_sonde(
+        sonde_bin, ["--collect", f"tcp://127.0.0.1:{port}", "--duration", "5", "--flows-out",
+                    str(flows), "--stats-json", str(stats)],
+        corpus / "http_ipv6.pcap", f"ipfix+tcp://127.0.0.1:{port}", low_flows)
 
     def directed(records):
         c = collections.Counter()
@@ -303,24 +309,12 @@ def test_a_capture_and_a_collector_in_one_sonde(sonde_bin, corpus, workdir):
     it would be alone."""
     port = _free_udp_port()
     flows, stats = workdir / "both.jsonl", workdir / "both-stats.json"
-    both = subprocess.Popen(
-        [str(sonde_bin), "--synthetic", "hosts=7,packets=700", "--collect",
-         f"tcp://127.0.0.1:{port}", "--threads", "2", "--duration", "5", "--flows-out",
-         str(flows), "--stats-json", str(stats), *ARGS],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    try:
-        time.sleep(0.5)
-        exported = workdir / "exported-both.jsonl"
-        low = subprocess.run(
-            [str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--export",
-             f"ipfix+tcp://127.0.0.1:{port}", "--flows-out", str(exported), *ARGS],
-            capture_output=True, text=True, timeout=60)
-        assert low.returncode == 0, low.stderr
-        _, err = both.communicate(timeout=60)
-    finally:
-        if both.poll() is None:
-            both.kill()
-    assert both.returncode == 0, err
+    exported = workdir / "exported-both.jsonl"
+    _export_to_collecting_sonde(
+        sonde_bin, ["--synthetic", "hosts=7,packets=700", "--collect", f"tcp://127.0.0.1:{port}",
+                    "--threads", "2", "--duration", "5", "--flows-out", str(flows),
+                    "--stats-json", str(stats)],
+        corpus / "http_ipv6.pcap", f"ipfix+tcp://127.0.0.1:{port}", exported)
     s = json.loads(stats.read_text())
     assert s["packets"] == 700, s["packets"]
     assert s["threads"] == 4, "two shards per input"
