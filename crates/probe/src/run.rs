@@ -803,10 +803,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     sources.push(LiveSource::open(lc)?);
                 }
                 for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
-                    let link = src.link_type();
+                    let (link, error) = (src.link_type(), error.clone());
                     shard_handles.push(spawn(
                         format!("shard{}", first + i),
-                        Box::new(move || source::run(ctx, source::LiveInput { src, link })),
+                        Box::new(move || source::run(ctx, source::LiveInput { src, link, error })),
                     )?);
                 }
             }

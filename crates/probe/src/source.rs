@@ -244,6 +244,8 @@ impl ShardSource for DecodedInput {
 pub(crate) struct LiveInput {
     pub src: LiveSource,
     pub link: LinkType,
+    /// Where a capture error goes: the run ends with it (the binary prints it).
+    pub error: Arc<Mutex<Option<CaptureError>>>,
 }
 
 impl ShardSource for LiveInput {
@@ -259,7 +261,8 @@ impl ShardSource for LiveInput {
                 Ok(None) if n == 0 => return Fed::Idle,
                 Ok(None) => break,
                 Err(e) => {
-                    eprintln!("sonde: error: {e}");
+                    let mut slot = self.error.lock().unwrap_or_else(|e| e.into_inner());
+                    slot.get_or_insert(e);
                     return Fed::End;
                 }
             }
