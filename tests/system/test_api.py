@@ -5,6 +5,7 @@ logins (logins themselves: test_auth.py)."""
 from __future__ import annotations
 
 import json
+import re
 import signal
 import socket
 import subprocess
@@ -12,6 +13,7 @@ import time
 import urllib.error
 import urllib.parse
 import urllib.request
+from pathlib import Path
 
 import pytest
 
@@ -144,6 +146,10 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     printed = subprocess.run([served.sonde_bin, "schema", "--json"], capture_output=True,
                              text=True, check=True).stdout
     assert schema == json.loads(printed)
+    # The console's type for a row names exactly the row's keys.
+    api_ts = (Path(__file__).resolve().parents[2] / "console" / "src" / "api.ts").read_text()
+    body = re.search(r"export interface SchemaField \{(.*?)\n\}", api_ts, re.S).group(1)
+    assert set(re.findall(r"^\s*(\w+):", body, re.M)) == set(schema[0]), body
     meta_keys = {f["key"] for f in schema if f["stored"] == "meta"}
     assert {"HTTP_HOST", "TLS_SERVER_NAME", "DNS_ANSWERS"} <= meta_keys
     same = {"server_name": "SERVER_NAME", "http_host": "HTTP_HOST", "http_url": "HTTP_URL",

@@ -26,6 +26,99 @@ impl Input {
     pub fn is_live(&self) -> bool {
         matches!(self, Input::Live(_) | Input::Collect(_))
     }
+
+    /// Its kinds' names in [`INPUTS`] (a collector input may listen on several).
+    pub fn kinds(&self) -> Vec<&'static str> {
+        use crate::collect::CollectSource;
+        match self {
+            Input::File(_) => vec!["file"],
+            Input::Live(_) => vec!["live"],
+            Input::Synthetic(_) => vec!["synthetic"],
+            Input::Collect(sources) => sources
+                .iter()
+                .map(|s| match s {
+                    CollectSource::Udp(_) => "collect-udp",
+                    CollectSource::Tcp(_) => "collect-tcp",
+                    CollectSource::Zmq(_) => "collect-zmq",
+                })
+                .collect(),
+        }
+    }
+}
+
+/// One kind of input, as `sonde sources` lists it.
+pub struct InputKind {
+    pub name: &'static str,
+    pub usage: &'static str,
+    /// What ends it.
+    pub ends: &'static str,
+    pub what: &'static str,
+}
+
+/// Every kind of input a probe reads. Each runs on its own shards through the one shard loop
+/// (`source::run`, with the kind's `ShardSource`); several may run in one probe, a file alone.
+pub const INPUTS: &[InputKind] = &[
+    InputKind {
+        name: "file",
+        usage: "-r FILE",
+        ends: "at the end of the file (read alone)",
+        what: "pcap or pcapng, BPF filter compiled once, --replay fast or realtime",
+    },
+    InputKind {
+        name: "live",
+        usage: "-i IFACE (repeatable)",
+        ends: "when stopped (Ctrl-C, --duration)",
+        what: "libpcap capture; with --threads N, N handles in one PACKET_FANOUT group",
+    },
+    InputKind {
+        name: "synthetic",
+        usage: "--synthetic SPEC",
+        ends: "after packets=P (else when stopped)",
+        what: "frames forged in memory, each shard its own share (Cento's dummy interface)",
+    },
+    InputKind {
+        name: "collect-udp",
+        usage: "--collect udp://ADDR:PORT",
+        ends: "when stopped",
+        what: "NetFlow v5/v9, IPFIX and sFlow datagrams (told apart per datagram)",
+    },
+    InputKind {
+        name: "collect-tcp",
+        usage: "--collect tcp://ADDR:PORT",
+        ends: "when stopped",
+        what: "IPFIX over TCP (RFC 7011), any number of exporters",
+    },
+    InputKind {
+        name: "collect-zmq",
+        usage: "--collect zmq+tcp://ADDR:PORT",
+        ends: "when stopped",
+        what: "nProbe/ntopng JSON flows from a producer's --zmq-export",
+    },
+];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::collect::CollectSource;
+
+    #[test]
+    fn every_input_is_listed() {
+        let inputs = [
+            Input::File("a.pcap".into()),
+            Input::Live("eth0".into()),
+            Input::Synthetic(SyntheticSpec::parse("hosts=2").unwrap()),
+            Input::Collect(vec![
+                CollectSource::parse("udp://127.0.0.1:1").unwrap(),
+                CollectSource::parse("tcp://127.0.0.1:1").unwrap(),
+                CollectSource::parse("zmq+tcp://127.0.0.1:1").unwrap(),
+            ]),
+        ];
+        let mut named: Vec<&str> = inputs.iter().flat_map(Input::kinds).collect();
+        named.sort_unstable();
+        let mut listed: Vec<&str> = INPUTS.iter().map(|k| k.name).collect();
+        listed.sort_unstable();
+        assert_eq!(named, listed);
+    }
 }
 
 #[derive(Clone)]

@@ -23,7 +23,7 @@ mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
 pub use collect::CollectSource;
-pub use config::{Input, ProbeConfig, Replay, SinkFactory, SinkPlan};
+pub use config::{Input, InputKind, ProbeConfig, Replay, SinkFactory, SinkPlan, INPUTS};
 pub use flow_export::{ExportTarget, FlowExportSink};
 pub use history_sink::HistorySink;
 pub use host_cache::HostCacheReport;

@@ -8,6 +8,19 @@ use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, S
 use sonde_probe::format_count;
 use std::process::ExitCode;
 
+/// `sonde sources`: every kind of input, how to ask for it and what ends it.
+pub(crate) fn print_sources() {
+    for k in sonde_probe::INPUTS {
+        println!(
+            "{:<12} {}\n{:<12} {}; ends {}",
+            k.name, k.usage, "", k.what, k.ends
+        );
+    }
+    println!();
+    println!("Several inputs run in one sonde (-i eth0 -i eth1 --collect udp://0.0.0.0:2055),");
+    println!("each on its own --threads shards, one view; a file is read alone.");
+}
+
 /// `sonde schema [--json]`: the flow record's fields (JSON key, kind, unit, group, IPFIX
 /// element, history), as Markdown or as `/api/v1/schema` answers.
 pub(crate) fn schema_command(option: Option<&str>) -> ExitCode {

@@ -34,6 +34,10 @@ fn main() -> ExitCode {
         commands::print_sinks();
         return ExitCode::SUCCESS;
     }
+    if sub.as_ref().is_some_and(|a| a == "sources") {
+        commands::print_sources();
+        return ExitCode::SUCCESS;
+    }
     if sub.as_ref().is_some_and(|a| a == "schema") {
         return commands::schema_command(std::env::args().nth(2).as_deref());
     }
