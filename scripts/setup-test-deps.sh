@@ -13,6 +13,9 @@
 #   tcpdump, nmap (nmap, nping), hping3, curl, bind9-dnsutils (dig)
 #                     tests/system/test_analytics.py records scans, floods and ordinary traffic
 #                     on loopback with them, and reads the ground truth back with tcpdump
+#   default-jre-headless, maven   a Kafka broker for the Kafka sink and source tests
+#                     (scripts/kafka-server.sh fetches Kafka's jars from Maven Central once)
+#   kcat, protobuf-compiler (protoc)   read and decode what sonde produces to Kafka
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -42,11 +45,15 @@ declare -A PROBE=(
     [hping3]="cmd:hping3"
     [curl]="cmd:curl"
     [bind9-dnsutils]="cmd:dig"
+    [default-jre-headless]="cmd:java"
+    [maven]="cmd:mvn"
+    [kcat]="cmd:kcat"
+    [protobuf-compiler]="cmd:protoc"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
-    tcpdump nmap hping3 curl bind9-dnsutils; do
+    tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;

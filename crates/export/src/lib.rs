@@ -9,6 +9,7 @@
 //! `OUT_*` server→client. Bytes are IP bytes (header included), as in NetFlow.
 
 pub mod ingest;
+pub mod proto;
 pub mod schema;
 
 use sonde_dpi::meta::Value;
@@ -405,6 +406,11 @@ impl<W: Write> FlowWriter<W> {
 
     pub fn written(&self) -> u64 {
         self.written
+    }
+
+    /// The output so far (a caller writing one record per message empties it in between).
+    pub fn get_mut(&mut self) -> &mut W {
+        &mut self.out
     }
 
     pub fn flush(&mut self) -> io::Result<()> {

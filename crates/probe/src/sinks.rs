@@ -83,13 +83,21 @@ impl QueueRequest {
     /// Splits the queue options off a sink's URL: `ipfix://HOST:PORT?when_full=block&queue=256`
     /// gives `ipfix://HOST:PORT` and the request.
     pub fn split(text: &str) -> Result<(String, QueueRequest), String> {
+        QueueRequest::split_allowing(text, &[])
+    }
+
+    /// As [`QueueRequest::split`], for a sink whose URL has options of its own (`extra`, e.g.
+    /// Kafka's `format`): those stay in the URL returned, for the sink to read.
+    pub fn split_allowing(text: &str, extra: &[&str]) -> Result<(String, QueueRequest), String> {
         let mut req = QueueRequest::default();
         let Some((base, query)) = text.split_once('?') else {
             return Ok((text.to_string(), req));
         };
+        let mut kept: Vec<&str> = Vec::new();
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             let (k, v) = pair.split_once('=').unwrap_or((pair, ""));
             match k {
+                _ if extra.contains(&k) => kept.push(pair),
                 "when_full" => {
                     req.when_full = Some(match v {
                         "block" => WhenFull::Block,
@@ -112,13 +120,21 @@ impl QueueRequest {
                     )
                 }
                 _ => {
+                    let mut names: Vec<&str> = vec!["when_full", "queue"];
+                    names.extend(extra);
+                    let last = names.pop().unwrap_or("queue");
                     return Err(format!(
-                        "'{text}': unknown option '{k}' (the options are when_full and queue)"
-                    ))
+                        "'{text}': unknown option '{k}' (the options are {} and {last})",
+                        names.join(", ")
+                    ));
                 }
             }
         }
-        Ok((base.to_string(), req))
+        if kept.is_empty() {
+            Ok((base.to_string(), req))
+        } else {
+            Ok((format!("{base}?{}", kept.join("&")), req))
+        }
     }
 }
 
@@ -178,6 +194,13 @@ pub const SINKS: &[SinkKind] = &[
         when_full: WhenFull::DropNewest,
         options: true,
         what: "IPFIX over TCP, reconnected when the collector comes back",
+    },
+    SinkKind {
+        name: "kafka",
+        usage: "--export kafka://BROKER[,BROKER…]/TOPIC[?format=json|protobuf&compression=…&…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "one flow per message, keyed by the flow (one partition per flow), delivery counted",
     },
     SinkKind {
         name: "zmq",

@@ -13,11 +13,11 @@ use sonde_probe::sink_queue::{Batch, QueuedSink};
 use sonde_probe::sinks::{
     self, FileSink, QueueOptions, QueueRequest, RecordSink, SinkReport, WhenFull,
 };
-use sonde_probe::{ExportTarget, FlowExportSink, HistorySink, ZmqSink};
+use sonde_probe::{ExportTarget, FlowExportSink, HistorySink, KafkaSink, KafkaTarget, ZmqSink};
 use std::io::{self, Read};
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
-use std::sync::Arc;
+use std::sync::{Arc, OnceLock};
 use std::thread::JoinHandle;
 use std::time::Duration;
 
@@ -240,6 +240,66 @@ impl Destination for Zmq {
     }
 }
 
+/// A Kafka broker for the whole test binary (scripts/kafka-server.sh; it stops when this
+/// process ends). Its topics have one partition, so the order of all records is the order of
+/// the partition; that a flow's records share a partition is shown in tests/system.
+fn kafka_bootstrap() -> &'static str {
+    static BROKER: OnceLock<String> = OnceLock::new();
+    BROKER.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::process::Command::new(root.join("scripts/kafka-server.sh"))
+            .arg(scratch("kafka"))
+            .arg("1")
+            .env("KAFKA_PARENT_PID", std::process::id().to_string())
+            .output()
+            .expect(
+                "scripts/kafka-server.sh runs (needs java and mvn: scripts/setup-test-deps.sh)",
+            );
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "kafka-server.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        text.split_whitespace()
+            .find_map(|w| w.strip_prefix("BOOTSTRAP="))
+            .expect("BOOTSTRAP= line")
+            .to_string()
+    })
+}
+
+struct Kafka {
+    topic: String,
+}
+
+impl Destination for Kafka {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        let url = format!("kafka://{}/{}", kafka_bootstrap(), self.topic);
+        Box::new(KafkaSink::connect(KafkaTarget::parse(&url).unwrap()).unwrap())
+    }
+    fn read_back(&mut self) -> Vec<u16> {
+        use rdkafka::consumer::{BaseConsumer, Consumer};
+        use rdkafka::{Message, Offset, TopicPartitionList};
+        let c: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", kafka_bootstrap())
+            .set("group.id", format!("compliance-{}", self.topic))
+            .set("enable.auto.commit", "false")
+            .create()
+            .unwrap();
+        let mut tpl = TopicPartitionList::new();
+        tpl.add_partition_offset(&self.topic, 0, Offset::Beginning)
+            .unwrap();
+        c.assign(&tpl).unwrap();
+        let mut ids = Vec::new();
+        while let Some(m) = c.poll(Duration::from_secs(3)) {
+            let m = m.unwrap();
+            let v: serde_json::Value = serde_json::from_slice(m.payload().unwrap()).unwrap();
+            ids.push(v["L4_SRC_PORT"].as_u64().unwrap() as u16);
+        }
+        ids
+    }
+}
+
 /// Every registered kind, with a destination made for the run.
 fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
     match kind {
@@ -249,6 +309,9 @@ fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
             Box::new(Collector::start(sinks::kind(kind).unwrap().name))
         }
         "zmq" => Box::new(Zmq::start()),
+        "kafka" => Box::new(Kafka {
+            topic: format!("compliance-{}", run.replace('+', "-")),
+        }),
         other => panic!("sink kind '{other}' has no destination in the compliance test: add one"),
     }
 }

@@ -35,9 +35,10 @@ pub struct Cli {
     #[arg(long, value_name = "SOURCE")]
     pub collect: Vec<String>,
     /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,
-    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT; may be given several times. Each has
-    /// its own queue, which drops (and counts) when the collector is behind; add
-    /// '?when_full=block' to wait instead, '&queue=N' for its length in batches ('sonde sinks').
+    /// ipfix://HOST:PORT (UDP) or ipfix+tcp://HOST:PORT, or to Kafka:
+    /// kafka://BROKER:PORT[,…]/TOPIC[?format=json|protobuf&compression=lz4]; may be given several
+    /// times. Each has its own queue, which drops (and counts) when the destination is behind;
+    /// add 'when_full=block' to wait instead, 'queue=N' for its length in batches ('sonde sinks').
     #[arg(long, value_name = "TARGET")]
     pub export: Vec<String>,
     /// Push expired flows as JSON to a collector over ZMQ (tcp://HOST:PORT of another sonde's

@@ -306,12 +306,13 @@ fn sink_urls<'de, D: Deserializer<'de>>(
                 if opts.is_empty() {
                     t.to
                 } else {
-                    format!("{}?{}", t.to, opts.join("&"))
+                    // After the URL's own options (kafka://…?format=protobuf), if it has any.
+                    let sep = if t.to.contains('?') { '&' } else { '?' };
+                    format!("{}{sep}{}", t.to, opts.join("&"))
                 }
             }
         };
-        let (base, _) = sonde_probe::sinks::QueueRequest::split(&url).map_err(custom)?;
-        check(&base).map_err(custom)?;
+        check(&url).map_err(custom)?;
         out.push(url);
     }
     Ok(Some(out))
@@ -319,12 +320,13 @@ fn sink_urls<'de, D: Deserializer<'de>>(
 
 /// `export = ["ipfix://127.0.0.1:4739", { to = "netflow9://…", when_full = "block" }]`.
 fn export_targets<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
-    sink_urls(d, |u| sonde_probe::ExportTarget::parse(u).map(|_| ()))
+    sink_urls(d, |u| sonde_probe::ExportSpec::parse(u).map(|_| ()))
 }
 
 /// `zmq_export = ["tcp://127.0.0.1:5556", { to = "tcp://…", queue = 16 }]`.
 fn zmq_endpoints<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D::Error> {
     sink_urls(d, |u| {
+        let (u, _) = sonde_probe::sinks::QueueRequest::split(u)?;
         if u.starts_with("tcp://") {
             Ok(())
         } else {

@@ -13,8 +13,7 @@ use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy};
 use sonde_probe::sinks::{self, QueueRequest, RecordSink};
 use sonde_probe::{
-    CollectSource, ExportTarget, FlowExportSink, HistorySink, Input, ProbeConfig, Replay, SinkPlan,
-    ZmqSink,
+    CollectSource, ExportSpec, HistorySink, Input, ProbeConfig, Replay, SinkPlan, ZmqSink,
 };
 use std::time::Duration;
 
@@ -254,17 +253,8 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(cli)?;
     for text in &cli.export {
-        let (url, req) = split_queue_options(text, "--export")?;
-        let target = ExportTarget::parse(&url).map_err(anyhow::Error::msg)?;
-        let kind = target.kind();
-        let queue = sinks::registered(kind).queue(req, is_live);
-        cfg.extra_sinks.push(SinkPlan {
-            kind,
-            queue,
-            make: std::sync::Arc::new(move || {
-                FlowExportSink::open(target.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
-            }),
-        });
+        let spec = ExportSpec::parse(text).map_err(anyhow::Error::msg)?;
+        cfg.extra_sinks.push(spec.plan(is_live));
     }
     for text in &cli.zmq_export {
         let (endpoint, req) = split_queue_options(text, "--zmq-export")?;

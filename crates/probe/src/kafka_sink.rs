@@ -1,0 +1,349 @@
+//! `--export kafka://BROKERS/TOPIC`: expired flows produced to a Kafka topic, one flow per
+//! message (Cento's and Akvorado's transport between probes and stores). The message is the
+//! flow as JSON with nProbe keys (`format=json`, the default: what ntopng and most tools read)
+//! or as the `sonde.flow.v1.Flow` protobuf (`format=protobuf`, crates/export/proto). Its key is
+//! the flow's canonical key, so every record of a flow lands in the same partition, in order.
+//!
+//! librdkafka batches, compresses and retries; its local queue is bounded
+//! (`queue.buffering.max.messages`) and the sink waits while it is full, so the sink's own
+//! queue ([`crate::sink_queue`], `drop_newest` by default on live inputs) is where a slow
+//! cluster costs records, counted. Every message's delivery report is counted: delivered, or
+//! failed after librdkafka's retries (`message.timeout.ms`).
+
+use crate::sinks::{RecordSink, SinkReport};
+use rdkafka::config::ClientConfig;
+use rdkafka::error::{KafkaError, RDKafkaErrorCode};
+use rdkafka::producer::{BaseProducer, BaseRecord, DeliveryResult, Producer, ProducerContext};
+use rdkafka::ClientContext;
+use sonde_export::{FlowWriter, Format};
+use sonde_flow::{FlowKey, FlowRecord};
+use std::io;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+/// How long the sink waits for a broker's answer at start, and for the last deliveries at the
+/// end.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const FLUSH_TIMEOUT: Duration = Duration::from_secs(30);
+
+/// The message format (`?format=`).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum KafkaFormat {
+    Json,
+    Protobuf,
+}
+
+/// A parsed `kafka://BROKER[,BROKER…]/TOPIC[?format=json|protobuf&compression=CODEC]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct KafkaTarget {
+    pub brokers: String,
+    pub topic: String,
+    pub format: KafkaFormat,
+    /// librdkafka's `compression.type`: none, gzip, snappy, lz4 or zstd.
+    pub compression: String,
+    /// The URL as given, for messages.
+    pub text: String,
+}
+
+/// The URL options a Kafka sink reads itself (the queue's are `when_full` and `queue`).
+pub const KAFKA_OPTIONS: &[&str] = &["format", "compression"];
+
+impl KafkaTarget {
+    pub fn parse(s: &str) -> Result<KafkaTarget, String> {
+        let help = "(use kafka://BROKER:PORT[,BROKER:PORT…]/TOPIC[?format=json|protobuf])";
+        let rest = s
+            .strip_prefix("kafka://")
+            .ok_or_else(|| format!("'{s}': not a kafka:// URL {help}"))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (brokers, topic) = path
+            .split_once('/')
+            .ok_or_else(|| format!("'{s}': no topic {help}"))?;
+        if brokers.is_empty() || brokers.split(',').any(|b| !b.contains(':')) {
+            return Err(format!(
+                "'{s}': brokers must be HOST:PORT, comma-separated {help}"
+            ));
+        }
+        // Kafka's own rule for topic names.
+        let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+        if topic.is_empty() || topic.len() > 249 || !topic.chars().all(legal) {
+            return Err(format!(
+                "'{s}': '{topic}' is not a topic name (1 to 249 of a-z A-Z 0-9 . _ -)"
+            ));
+        }
+        let mut t = KafkaTarget {
+            brokers: brokers.to_string(),
+            topic: topic.to_string(),
+            format: KafkaFormat::Json,
+            compression: "lz4".into(),
+            text: s.to_string(),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=').unwrap_or((pair, "")) {
+                ("format", "json") => t.format = KafkaFormat::Json,
+                ("format", "protobuf") => t.format = KafkaFormat::Protobuf,
+                ("format", v) => {
+                    return Err(format!("'{s}': format={v}: use json or protobuf"));
+                }
+                ("compression", v @ ("none" | "gzip" | "snappy" | "lz4" | "zstd")) => {
+                    t.compression = v.to_string()
+                }
+                ("compression", v) => {
+                    return Err(format!(
+                        "'{s}': compression={v}: use none, gzip, snappy, lz4 or zstd"
+                    ));
+                }
+                (k, _) => {
+                    return Err(format!(
+                        "'{s}': unknown option '{k}' (the options are format, compression, \
+                         when_full and queue)"
+                    ))
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// Delivery reports, counted on librdkafka's callback (called from `poll`/`flush`).
+#[derive(Default)]
+struct Deliveries {
+    delivered: AtomicU64,
+    failed: AtomicU64,
+    last_error: Mutex<Option<String>>,
+}
+
+struct Context(Arc<Deliveries>);
+
+impl ClientContext for Context {}
+
+impl ProducerContext for Context {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+        match result {
+            Ok(_) => {
+                self.0.delivered.fetch_add(1, Ordering::Relaxed);
+            }
+            Err((e, _)) => {
+                self.0.failed.fetch_add(1, Ordering::Relaxed);
+                *self.0.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
+            }
+        }
+    }
+}
+
+pub struct KafkaSink {
+    target: KafkaTarget,
+    producer: BaseProducer<Context>,
+    deliveries: Arc<Deliveries>,
+    /// One message's payload, reused.
+    payload: Vec<u8>,
+    json: FlowWriter<Vec<u8>>,
+    records: u64,
+}
+
+/// The message key of a flow: its canonical key (the same for both directions and on every
+/// probe), so a flow's records share a partition.
+fn flow_key_bytes(k: &FlowKey, out: &mut [u8; 38]) {
+    out[..16].copy_from_slice(&k.addr_a);
+    out[16..32].copy_from_slice(&k.addr_b);
+    out[32..34].copy_from_slice(&k.port_a.to_be_bytes());
+    out[34..36].copy_from_slice(&k.port_b.to_be_bytes());
+    out[36] = k.proto;
+    out[37] = k.ip_version;
+}
+
+impl KafkaSink {
+    /// Creates the producer and checks that a broker answers for the topic (creating it where
+    /// the cluster auto-creates topics), so a wrong address is one error at start.
+    pub fn connect(target: KafkaTarget) -> Result<KafkaSink, String> {
+        let deliveries = Arc::new(Deliveries::default());
+        let producer: BaseProducer<Context> = ClientConfig::new()
+            .set("bootstrap.servers", &target.brokers)
+            .set("compression.type", &target.compression)
+            .set("linger.ms", "20")
+            .set("batch.num.messages", "10000")
+            .set("queue.buffering.max.messages", "200000")
+            .set("message.timeout.ms", "30000")
+            .set("enable.idempotence", "true")
+            .create_with_context(Context(deliveries.clone()))
+            .map_err(|e| format!("--export {}: {e}", target.text))?;
+        // The first answer for a topic the cluster auto-creates is "unknown" while it creates
+        // it: ask again until it has a leader, or say why not.
+        let deadline = Instant::now() + CONNECT_TIMEOUT;
+        loop {
+            let left = deadline.saturating_duration_since(Instant::now());
+            let meta = producer
+                .client()
+                .fetch_metadata(Some(&target.topic), left.max(Duration::from_millis(500)))
+                .map_err(|e| {
+                    format!(
+                        "--export {}: no broker answered within {} s ({e}); is Kafka running at \
+                         {}?",
+                        target.text,
+                        CONNECT_TIMEOUT.as_secs(),
+                        target.brokers
+                    )
+                })?;
+            let error = meta
+                .topics()
+                .iter()
+                .find(|t| t.name() == target.topic)
+                .and_then(|t| t.error())
+                .map(RDKafkaErrorCode::from);
+            match error {
+                None => break,
+                Some(
+                    RDKafkaErrorCode::UnknownTopicOrPartition
+                    | RDKafkaErrorCode::LeaderNotAvailable,
+                ) if Instant::now() < deadline => std::thread::sleep(Duration::from_millis(200)),
+                Some(e) => {
+                    return Err(format!(
+                        "--export {}: topic '{}': {e:?} (create it, or let the cluster \
+                         auto-create topics)",
+                        target.text, target.topic
+                    ))
+                }
+            }
+        }
+        Ok(KafkaSink {
+            target,
+            producer,
+            deliveries,
+            payload: Vec::with_capacity(1024),
+            json: FlowWriter::new(Vec::with_capacity(1024), Format::Json),
+            records: 0,
+        })
+    }
+
+    fn encode(&mut self, r: &FlowRecord) -> io::Result<()> {
+        self.payload.clear();
+        match self.target.format {
+            KafkaFormat::Json => {
+                self.json.write(r)?;
+                let line = self.json.get_mut();
+                // One JSON object per message, without the line's newline.
+                let end = line.len() - usize::from(line.last() == Some(&b'\n'));
+                self.payload.extend_from_slice(&line[..end]);
+                line.clear();
+            }
+            KafkaFormat::Protobuf => sonde_export::proto::encode(r, &mut self.payload),
+        }
+        Ok(())
+    }
+}
+
+impl RecordSink for KafkaSink {
+    fn name(&self) -> String {
+        self.target.text.clone()
+    }
+
+    fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()> {
+        let mut key = [0u8; 38];
+        for r in batch {
+            self.encode(r)?;
+            flow_key_bytes(&r.flow.key, &mut key);
+            loop {
+                let record = BaseRecord::to(&self.target.topic)
+                    .key(&key[..])
+                    .payload(&self.payload[..]);
+                match self.producer.send(record) {
+                    Ok(()) => break,
+                    // librdkafka's queue is full: serve delivery reports until there is room.
+                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                        self.producer.poll(Duration::from_millis(50));
+                    }
+                    Err((e, _)) => {
+                        return Err(io::Error::other(format!("{}: {e}", self.target.text)))
+                    }
+                }
+            }
+            self.records += 1;
+        }
+        self.producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    fn idle(&mut self) -> io::Result<()> {
+        self.producer.poll(Duration::ZERO);
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<SinkReport> {
+        let started = Instant::now();
+        let flushed = self.producer.flush(FLUSH_TIMEOUT);
+        // What is still queued after the timeout never reached a broker.
+        let undelivered = self.producer.in_flight_count().max(0) as u64;
+        let d = &self.deliveries;
+        let failed = d.failed.load(Ordering::Relaxed) + undelivered;
+        if let Err(e) = flushed {
+            eprintln!(
+                "sonde: warning: {}: {undelivered} messages not delivered after {:.0} s ({e})",
+                self.target.text,
+                started.elapsed().as_secs_f64()
+            );
+        }
+        if let Some(e) = d
+            .last_error
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            eprintln!(
+                "sonde: warning: {}: {failed} messages failed, the last: {e}",
+                self.target.text
+            );
+        }
+        Ok(SinkReport {
+            name: self.target.text.clone(),
+            records: self.records,
+            messages: d.delivered.load(Ordering::Relaxed),
+            dropped: failed,
+            ..SinkReport::default()
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_what_is_wrong() {
+        let t = KafkaTarget::parse("kafka://127.0.0.1:9092,10.0.0.2:9092/flows?format=protobuf")
+            .unwrap();
+        assert_eq!(t.brokers, "127.0.0.1:9092,10.0.0.2:9092");
+        assert_eq!(
+            (t.topic.as_str(), t.format),
+            ("flows", KafkaFormat::Protobuf)
+        );
+        assert_eq!(t.compression, "lz4");
+        let d = KafkaTarget::parse("kafka://k:9092/sonde.flows-1").unwrap();
+        assert_eq!(d.format, KafkaFormat::Json);
+        for (bad, says) in [
+            ("kafka://k:9092", "no topic"),
+            ("kafka://k/flows", "HOST:PORT"),
+            ("kafka://k:9092/fl ows", "topic name"),
+            ("kafka://k:9092/flows?format=avro", "json or protobuf"),
+            ("kafka://k:9092/flows?compression=brotli", "zstd"),
+            ("kafka://k:9092/flows?acks=0", "unknown option 'acks'"),
+        ] {
+            let e = KafkaTarget::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_broker_is_one_error_at_start() {
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let t = KafkaTarget::parse(&format!("kafka://127.0.0.1:{port}/flows")).unwrap();
+        let e = KafkaSink::connect(t).err().expect("no broker");
+        assert!(e.contains("no broker answered"), "{e}");
+    }
+}
