@@ -25,12 +25,17 @@ pub enum CollectSource {
     Tcp(std::net::SocketAddr),
     /// JSON flows over ZMQ: a PULL socket bound here; producers connect with --zmq-export.
     Zmq(String),
+    /// Flows on a Kafka topic (JSON or protobuf), read in a consumer group.
+    Kafka(crate::kafka_source::KafkaSource),
 }
 
 impl CollectSource {
     /// Parses `udp://ADDR:PORT`, `tcp://ADDR:PORT` (IPFIX over TCP), `zmq+tcp://ADDR:PORT`,
     /// or a bare `ADDR:PORT` (UDP).
     pub fn parse(s: &str) -> Result<CollectSource, String> {
+        if s.starts_with("kafka://") {
+            return crate::kafka_source::KafkaSource::parse(s).map(CollectSource::Kafka);
+        }
         let (scheme, rest) = s.split_once("://").unwrap_or(("udp", s));
         let addr = || {
             rest.parse::<std::net::SocketAddr>().map_err(|_| {
@@ -48,7 +53,7 @@ impl CollectSource {
                 Ok(CollectSource::Zmq(format!("tcp://{rest}")))
             }
             other => Err(format!(
-                "--collect '{s}': unknown scheme '{other}' (use udp://, tcp:// or zmq+tcp://)"
+                "--collect '{s}': unknown scheme '{other}' (use udp://, tcp://, zmq+tcp:// or kafka://)"
             )),
         }
     }

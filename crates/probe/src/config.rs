@@ -40,6 +40,7 @@ impl Input {
                     CollectSource::Udp(_) => "collect-udp",
                     CollectSource::Tcp(_) => "collect-tcp",
                     CollectSource::Zmq(_) => "collect-zmq",
+                    CollectSource::Kafka(_) => "collect-kafka",
                 })
                 .collect(),
         }
@@ -94,6 +95,13 @@ pub const INPUTS: &[InputKind] = &[
         ends: "when stopped",
         what: "nProbe/ntopng JSON flows from a producer's --zmq-export",
     },
+    InputKind {
+        name: "collect-kafka",
+        usage: "--collect kafka://BROKER:PORT[,…]/TOPIC[?group=G&format=json|protobuf]",
+        ends: "when stopped",
+        what: "flows on a Kafka topic (another sonde's --export kafka://), consumer group G, \
+               offsets committed once the records are in the flow tables",
+    },
 ];
 
 #[cfg(test)]
@@ -111,6 +119,7 @@ mod tests {
                 CollectSource::parse("udp://127.0.0.1:1").unwrap(),
                 CollectSource::parse("tcp://127.0.0.1:1").unwrap(),
                 CollectSource::parse("zmq+tcp://127.0.0.1:1").unwrap(),
+                CollectSource::parse("kafka://127.0.0.1:1/flows").unwrap(),
             ]),
         ];
         let mut named: Vec<&str> = inputs.iter().flat_map(Input::kinds).collect();

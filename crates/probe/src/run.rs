@@ -828,6 +828,17 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     let out = Dispatcher::new(txs.clone(), recycle_rx.clone());
                     let (stop, counters) = (stop.clone(), collector_counters.clone());
                     let h = match src {
+                        CollectSource::Kafka(k) => {
+                            let consumer = k.connect().map_err(ProbeError::Config)?;
+                            let format = k.format;
+                            std::thread::Builder::new()
+                                .name("collect-kafka".into())
+                                .spawn(move || {
+                                    crate::kafka_source::run_kafka(
+                                        consumer, format, out, stop, counters,
+                                    )
+                                })
+                        }
                         CollectSource::Zmq(endpoint) => {
                             let sock = collect::bind_zmq(endpoint).map_err(ProbeError::Config)?;
                             std::thread::Builder::new()

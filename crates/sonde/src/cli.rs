@@ -31,7 +31,8 @@ pub struct Cli {
     pub synthetic: Option<String>,
     /// Collect flows instead of capturing packets: udp://ADDR:PORT (NetFlow v5/v9, IPFIX,
     /// sFlow), tcp://ADDR:PORT (IPFIX over TCP), zmq+tcp://ADDR:PORT (JSON flows from
-    /// --zmq-export); may be given several times. Runs until Ctrl-C or --duration.
+    /// --zmq-export), kafka://BROKER:PORT/TOPIC[?group=G&format=json|protobuf] (a topic another
+    /// sonde exports to); may be given several times. Runs until Ctrl-C or --duration.
     #[arg(long, value_name = "SOURCE")]
     pub collect: Vec<String>,
     /// Export expired flows to a collector: netflow5://HOST:PORT, netflow9://HOST:PORT,

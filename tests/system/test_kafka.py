@@ -1,0 +1,185 @@
+"""Kafka (issue 16): sonde produces flows to a real broker (Apache Kafka 4.1, KRaft, started on
+127.0.0.1 by scripts/kafka-server.sh) and reads them back from it.
+
+* `--export kafka://…` (JSON): kcat reads back exactly the records `--flows-out` wrote, and
+  every record of a flow sits in one partition (the message key is the flow).
+* `?format=protobuf`: `protoc --decode` against crates/export/proto/sonde_flow_v1.proto reads
+  every message, with the same addresses, ports, counters and metadata as the JSON records.
+* `--collect kafka://…?group=G`: a second sonde consumes the topic and has the same flows,
+  packets and bytes per direction; run again in the same group it reads nothing twice (its
+  offsets were committed), and a new group reads everything again.
+"""
+
+from __future__ import annotations
+
+import collections
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+from pathlib import Path
+
+import pytest
+
+import oracle
+
+REPO = Path(__file__).resolve().parents[2]
+PROTO = REPO / "crates" / "export" / "proto" / "sonde_flow_v1.proto"
+PCAP = "1kxun.pcap"
+# Long flows of the capture give several records each (active timeout of 10 s).
+ARGS = ["--idle-timeout", "1000000000", "--active-timeout", "10", "-q"]
+
+
+@pytest.fixture(scope="module")
+def kafka(tmp_path_factory):
+    if not shutil.which("java") or not shutil.which("mvn"):
+        pytest.fail("java and mvn are needed for the Kafka tests: run scripts/setup-test-deps.sh")
+    d = tmp_path_factory.mktemp("kafka")
+    out = subprocess.run([str(REPO / "scripts" / "kafka-server.sh"), str(d), "4"],
+                         capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"BOOTSTRAP=(\S+) PID=(\d+)", out.stdout)
+    assert m, out.stdout
+    yield m.group(1)
+    os.kill(int(m.group(2)), signal.SIGTERM)
+
+
+def _kcat(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
+    """Every message of `topic` as (partition, payload): kcat writes the partition, a tab, the
+    payload's 32-bit length and the payload (keys are binary, so they are left out)."""
+    out = subprocess.run(["kcat", "-C", "-b", bootstrap, "-t", topic, "-e", "-q",
+                          "-f", "%p\t%R%s"], capture_output=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    data, msgs, at = out.stdout, [], 0
+    while at < len(data):
+        tab = data.index(b"\t", at)
+        (n,) = struct.unpack(">i", data[tab + 1:tab + 5])
+        msgs.append((int(data[at:tab]), data[tab + 5:tab + 5 + n]))
+        at = tab + 5 + n
+    return msgs
+
+
+def _export(sonde, pcap, workdir, url):
+    flows = workdir / "exported.jsonl"
+    stats = workdir / "exported-stats.json"
+    p = sonde("-r", pcap, "--export", url, "--flows-out", flows,
+              "--stats-json", stats, *ARGS)
+    assert p.returncode == 0, p.stderr
+    records = oracle.load_jsonl(str(flows))
+    sink = next(s for s in json.loads(stats.read_text())["sinks"] if s["name"].startswith("kafka"))
+    assert sink["records"] == len(records) and sink["messages"] == len(records), sink
+    assert sink["dropped"] == 0 and sink["queue_dropped"] == 0, sink
+    return records
+
+
+def _canon(r: dict) -> str:
+    return json.dumps(r, sort_keys=True)
+
+
+def test_json_records_on_kafka_equal_the_flows_file(kafka, sonde, corpus, workdir):
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    records = _export(sonde, corpus / PCAP, workdir, f"kafka://{kafka}/flows-json")
+    msgs = _kcat(kafka, "flows-json")
+    got = [json.loads(payload) for _, payload in msgs]
+    assert sorted(map(_canon, got)) == sorted(map(_canon, records))
+    # Every record of a flow in one partition; the capture's long flows give several records,
+    # and the flows spread over the topic's partitions.
+    parts = collections.defaultdict(set)
+    for partition, payload in msgs:
+        proto, a, b = oracle.record_endpoints(json.loads(payload))
+        parts[(proto, frozenset({a, b}))].add(partition)
+    assert all(len(p) == 1 for p in parts.values())
+    per_flow = collections.Counter(oracle.record_endpoints(r) for r in records)
+    assert max(per_flow.values()) >= 2, "some flows have several records"
+    assert len({partition for partition, _ in msgs}) >= 2
+
+
+def test_protobuf_records_decode_with_protoc(kafka, sonde, corpus, workdir):
+    if not shutil.which("protoc"):
+        pytest.fail("protoc is needed: run scripts/setup-test-deps.sh")
+    if not (corpus / "http.pcapng").exists():
+        pytest.skip("http.pcapng not in the corpus")
+    records = _export(sonde, corpus / "http.pcapng", workdir,
+                      f"kafka://{kafka}/flows-pb?format=protobuf")
+    msgs = [payload for _, payload in _kcat(kafka, "flows-pb")]
+    assert len(msgs) == len(records)
+    decoded = []
+    for m in msgs:
+        p = subprocess.run(["protoc", f"--proto_path={PROTO.parent}", "--decode=sonde.flow.v1.Flow",
+                            PROTO.name], input=m, capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        decoded.append(p.stdout.decode())
+    by_port = {r["L4_SRC_PORT"]: r for r in records}
+    for text in decoded:
+        def num(k):
+            # proto3 leaves zeros out, and protoc prints what is there.
+            m = re.search(rf"^{k}: (\d+)$", text, re.M)
+            return int(m.group(1)) if m else 0
+        r = by_port[num("src_port")]
+        assert num("dst_port") == r["L4_DST_PORT"] and num("protocol") == r["PROTOCOL"]
+        assert (num("in_packets"), num("in_bytes")) == (r["IN_PKTS"], r["IN_BYTES"])
+        assert (num("out_packets"), num("out_bytes")) == (r["OUT_PKTS"], r["OUT_BYTES"])
+        assert num("first_ms") == r["FLOW_START_MILLISECONDS"]
+        assert num("last_ms") == r["FLOW_END_MILLISECONDS"]
+        assert num("schema_version") == 1
+        meta = dict(re.findall(r'meta \{\s*key: "([^"]*)"\s*value: "([^"]*)"', text))
+        for k in ("HTTP_HOST", "HTTP_URL", "TLS_SERVER_NAME"):
+            if k in r:
+                assert meta.get(k) == r[k], (k, meta)
+    assert any("HTTP_HOST" in t for t in decoded), "the capture's HTTP metadata travelled"
+
+
+def _directed(records):
+    c = collections.Counter()
+    for r in records:
+        proto, a, b = oracle.record_endpoints(r)
+        c[(proto, a, b)] += int(r["IN_PKTS"]) * 1_000_000 + int(r["IN_BYTES"])
+        c[(proto, b, a)] += int(r["OUT_PKTS"]) * 1_000_000 + int(r["OUT_BYTES"])
+    return +c
+
+
+def _collect(sonde, workdir, url, name):
+    flows, stats = workdir / f"{name}.jsonl", workdir / f"{name}-stats.json"
+    p = sonde("--collect", url, "--duration", "6", "--flows-out", flows, "--stats-json", stats,
+              "--idle-timeout", "1000000000", "--active-timeout", "0", "-q", timeout=120)
+    assert p.returncode == 0, p.stderr
+    return oracle.load_jsonl(str(flows)), json.loads(stats.read_text())
+
+
+@pytest.mark.parametrize("fmt", ["json", "protobuf"])
+def test_a_sonde_collects_what_another_produced(fmt, kafka, sonde, corpus, workdir):
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    topic = f"collect-{fmt}"
+    sent = _export(sonde, corpus / PCAP, workdir, f"kafka://{kafka}/{topic}?format={fmt}")
+    url = f"kafka://{kafka}/{topic}?group=central&format={fmt}"
+    got, stats = _collect(sonde, workdir, url, "first")
+    assert stats["collected"]["records"] == len(sent), stats["collected"]
+    assert stats["collected"]["errors"] == 0
+    assert _directed(got) == _directed(sent)
+    # The group's offsets were committed: the same group reads nothing again.
+    again, stats = _collect(sonde, workdir, url, "again")
+    assert stats["collected"]["records"] == 0 and not again
+    # Another group reads the whole topic.
+    other, stats = _collect(sonde, workdir, url.replace("group=central", "group=other"), "other")
+    assert stats["collected"]["records"] == len(sent)
+
+
+def test_a_dead_broker_is_one_error_at_start(sonde, corpus):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    for args in (["-r", corpus / PCAP, "--export", f"kafka://127.0.0.1:{port}/flows"],
+                 ["--collect", f"kafka://127.0.0.1:{port}/flows"]):
+        p = sonde(*args, "-q", timeout=60)
+        assert p.returncode != 0
+        lines = p.stderr.strip().splitlines()
+        assert len(lines) == 1 and "no broker answered" in lines[0], p.stderr
+    p = sonde("-r", corpus / PCAP, "--export", "kafka://127.0.0.1:1/flows?format=avro", "-q")
+    assert p.returncode != 0 and "format=avro: use json or protobuf" in p.stderr, p.stderr
