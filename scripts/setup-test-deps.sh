@@ -16,6 +16,8 @@
 #   default-jre-headless, maven   a Kafka broker for the Kafka sink and source tests
 #                     (scripts/kafka-server.sh fetches Kafka's jars from Maven Central once)
 #   kcat, protobuf-compiler (protoc)   read and decode what sonde produces to Kafka
+#   clickhouse-server ClickHouse 18.16 for the ClickHouse sink tests (scripts/clickhouse-server.sh)
+#   chdb-core (pip)   current ClickHouse in-process, to check sonde's schema on it
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -49,11 +51,13 @@ declare -A PROBE=(
     [maven]="cmd:mvn"
     [kcat]="cmd:kcat"
     [protobuf-compiler]="cmd:protoc"
+    [clickhouse-server]="cmd:clickhouse-server"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
-    tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler; do
+    tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler \
+    clickhouse-server; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -75,6 +79,13 @@ esac
 if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 1 ]; then
     missing+=(python3-pytest)
 fi
+need_chdb=0
+if ! python3 -c 'import chdb' >/dev/null 2>&1; then
+    need_chdb=1
+    if [ "$PY_IS_SYSTEM" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
+        missing+=(python3-pip)
+    fi
+fi
 
 if [ "${#missing[@]}" -gt 0 ]; then
     echo "setup-test-deps: installing ${missing[*]}"
@@ -90,13 +101,21 @@ if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 0 ]; then
     echo "setup-test-deps: installing pytest with pip for $(command -v python3)"
     python3 -m pip install --quiet pytest
 fi
+if [ "$need_chdb" = 1 ]; then
+    echo "setup-test-deps: installing chdb-core with pip for $(command -v python3)"
+    if [ "$PY_IS_SYSTEM" = 1 ]; then
+        $SUDO python3 -m pip install --quiet --break-system-packages chdb-core
+    else
+        python3 -m pip install --quiet chdb-core
+    fi
+fi
 
 # The flow-protocol peers (with their services kept from starting).
 "$(dirname "$0")/setup-bench-deps.sh"
 
 # Check the result.
 for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pmacctd \
-    tcpdump nmap nping hping3 curl dig; do
+    tcpdump nmap nping hping3 curl dig java mvn kcat protoc clickhouse-server; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

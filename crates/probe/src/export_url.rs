@@ -2,6 +2,7 @@
 //! without opening anything (the config file's check and the flag share it); [`ExportSpec::plan`]
 //! turns it into the sink the probe builds at start.
 
+use crate::clickhouse_sink::{ClickHouseSink, ClickHouseTarget, CLICKHOUSE_OPTIONS};
 use crate::config::SinkPlan;
 use crate::flow_export::{ExportTarget, FlowExportSink};
 use crate::kafka_sink::{KafkaSink, KafkaTarget, KAFKA_OPTIONS};
@@ -13,6 +14,7 @@ enum Target {
     /// NetFlow v5/v9 or IPFIX to a collector.
     Flow(ExportTarget),
     Kafka(KafkaTarget),
+    ClickHouse(ClickHouseTarget),
 }
 
 /// A parsed `--export` URL.
@@ -23,8 +25,9 @@ pub struct ExportSpec {
 }
 
 impl ExportSpec {
-    /// Parses `netflow5|netflow9|ipfix|ipfix+tcp://HOST:PORT` or
-    /// `kafka://BROKERS/TOPIC[?format=…]`, with `when_full`/`queue` options. Errors name the
+    /// Parses `netflow5|netflow9|ipfix|ipfix+tcp://HOST:PORT`,
+    /// `kafka://BROKERS/TOPIC[?format=…]` or `clickhouse://HOST:PORT/DB[?retention_days=N]`,
+    /// with `when_full`/`queue` options. Errors name the
     /// flag and say what is wrong.
     pub fn parse(text: &str) -> Result<ExportSpec, String> {
         if text.starts_with("kafka://") {
@@ -33,6 +36,14 @@ impl ExportSpec {
             let t = KafkaTarget::parse(&url).map_err(|e| format!("--export {e}"))?;
             return Ok(ExportSpec {
                 target: Target::Kafka(t),
+                queue,
+            });
+        }
+        if text.starts_with("clickhouse://") {
+            let (url, queue) = QueueRequest::split_allowing(text, CLICKHOUSE_OPTIONS)
+                .map_err(|e| format!("--export {e}"))?;
+            return Ok(ExportSpec {
+                target: Target::ClickHouse(ClickHouseTarget::parse(&url)?),
                 queue,
             });
         }
@@ -48,6 +59,7 @@ impl ExportSpec {
         match &self.target {
             Target::Flow(t) => t.kind(),
             Target::Kafka(_) => "kafka",
+            Target::ClickHouse(_) => "clickhouse",
         }
     }
 
@@ -61,6 +73,9 @@ impl ExportSpec {
             }),
             Target::Kafka(t) => Arc::new(move || {
                 KafkaSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+            Target::ClickHouse(t) => Arc::new(move || {
+                ClickHouseSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
             }),
         };
         SinkPlan { kind, queue, make }

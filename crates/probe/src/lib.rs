@@ -7,6 +7,7 @@
 //! packets, snapshots on request between batches), so readers never stop packet processing.
 
 mod analytics_sink;
+mod clickhouse_sink;
 mod collect;
 mod config;
 mod export_url;
@@ -25,6 +26,7 @@ mod source;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
+pub use clickhouse_sink::{statements as clickhouse_statements, ClickHouseSink, ClickHouseTarget};
 pub use collect::CollectSource;
 pub use config::{Input, InputKind, ProbeConfig, Replay, SinkFactory, SinkPlan, INPUTS};
 pub use export_url::ExportSpec;

@@ -203,6 +203,13 @@ pub const SINKS: &[SinkKind] = &[
         what: "one flow per message, keyed by the flow (one partition per flow), delivery counted",
     },
     SinkKind {
+        name: "clickhouse",
+        usage: "--export clickhouse://HOST:HTTP_PORT/DB[?retention_days=N&…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "rows of a flows table and per-minute/hour rollups sonde creates, RowBinary batches",
+    },
+    SinkKind {
         name: "zmq",
         usage: "--zmq-export tcp://HOST:PORT[?…]",
         when_full: WhenFull::DropNewest,

@@ -13,7 +13,10 @@ use sonde_probe::sink_queue::{Batch, QueuedSink};
 use sonde_probe::sinks::{
     self, FileSink, QueueOptions, QueueRequest, RecordSink, SinkReport, WhenFull,
 };
-use sonde_probe::{ExportTarget, FlowExportSink, HistorySink, KafkaSink, KafkaTarget, ZmqSink};
+use sonde_probe::{
+    ClickHouseSink, ClickHouseTarget, ExportTarget, FlowExportSink, HistorySink, KafkaSink,
+    KafkaTarget, ZmqSink,
+};
 use std::io::{self, Read};
 use std::net::{TcpListener, UdpSocket};
 use std::path::PathBuf;
@@ -300,6 +303,51 @@ impl Destination for Kafka {
     }
 }
 
+/// A ClickHouse server for the whole test binary (scripts/clickhouse-server.sh; it stops when
+/// this process ends): its HTTP address.
+fn clickhouse_http() -> &'static str {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::process::Command::new(root.join("scripts/clickhouse-server.sh"))
+            .arg(scratch("clickhouse"))
+            .env("CLICKHOUSE_PARENT_PID", std::process::id().to_string())
+            .output()
+            .expect("scripts/clickhouse-server.sh runs (needs clickhouse-server)");
+        assert!(
+            out.status.success(),
+            "clickhouse-server.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("HTTP="))
+            .expect("HTTP= line")
+            .to_string()
+    })
+}
+
+struct ClickHouse {
+    db: String,
+}
+
+impl Destination for ClickHouse {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        let url = format!("clickhouse://{}/{}", clickhouse_http(), self.db);
+        Box::new(ClickHouseSink::connect(ClickHouseTarget::parse(&url).unwrap()).unwrap())
+    }
+    /// A table has no order of its own: rows come back in the order of their time (the test
+    /// records' times increase with their ids).
+    fn read_back(&mut self) -> Vec<u16> {
+        let query = format!("SELECT src_port FROM {}.flows ORDER BY first_ms", self.db);
+        let mut resp = ureq::post(&format!("http://{}/", clickhouse_http()))
+            .send(query.as_bytes())
+            .unwrap();
+        let text = resp.body_mut().read_to_string().unwrap();
+        text.lines().map(|l| l.trim().parse().unwrap()).collect()
+    }
+}
+
 /// Every registered kind, with a destination made for the run.
 fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
     match kind {
@@ -309,6 +357,9 @@ fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
             Box::new(Collector::start(sinks::kind(kind).unwrap().name))
         }
         "zmq" => Box::new(Zmq::start()),
+        "clickhouse" => Box::new(ClickHouse {
+            db: format!("compliance_{}", run.replace(['-', '+'], "_")),
+        }),
         "kafka" => Box::new(Kafka {
             topic: format!("compliance-{}", run.replace('+', "-")),
         }),

@@ -23,14 +23,20 @@ pub(crate) fn print_sources() {
 
 /// `sonde schema [--json]`: the flow record's fields (JSON key, kind, unit, group, IPFIX
 /// element, history), as Markdown or as `/api/v1/schema` answers.
-pub(crate) fn schema_command(option: Option<&str>) -> ExitCode {
+pub(crate) fn schema_command(option: Option<&str>, arg: Option<&str>) -> ExitCode {
     match option {
         None => print!("{}", sonde_export::schema::markdown()),
         Some("--json") => println!("{:#}", sonde_export::schema::json()),
+        Some("--clickhouse") => {
+            // The statements `--export clickhouse://…/DB` runs, for a DBA to read or apply.
+            for st in sonde_probe::clickhouse_statements(arg.unwrap_or("sonde")) {
+                println!("{st};");
+            }
+        }
         Some(other) => {
             eprintln!(
-                "sonde: error: schema {other}: unknown option; use 'sonde schema' (Markdown) or \
-                 'sonde schema --json'"
+                "sonde: error: schema {other}: unknown option; use 'sonde schema' (Markdown), \
+                 'sonde schema --json' or 'sonde schema --clickhouse [DB]'"
             );
             return ExitCode::from(2);
         }

@@ -39,7 +39,11 @@ fn main() -> ExitCode {
         return ExitCode::SUCCESS;
     }
     if sub.as_ref().is_some_and(|a| a == "schema") {
-        return commands::schema_command(std::env::args().nth(2).as_deref());
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return commands::schema_command(
+            args.first().map(String::as_str),
+            args.get(1).map(String::as_str),
+        );
     }
     if sub
         .as_ref()

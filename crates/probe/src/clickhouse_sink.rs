@@ -1,0 +1,610 @@
+//! `--export clickhouse://HOST:PORT/DB`: flow records into ClickHouse over its HTTP interface,
+//! in large RowBinary batches, into a schema sonde creates and migrates itself (Akvorado's and
+//! ntopng Enterprise's store for flow history at cluster scale).
+//!
+//! The schema ([`statements`]) is one `flows` table, a row per flow record, ordered by time then
+//! addresses (what users ask: a time range, then hosts), partitioned by day; and rollup tables
+//! kept by materialized views, per minute and per hour: traffic by host (both ends), by
+//! application, by server port, by exporter and by exporter interface. It keeps to what
+//! Debian's ClickHouse 18.16 and current servers both accept (no IPv4/IPv6 types, no Map, no
+//! LowCardinality): addresses are `FixedString(16)` (IPv4 mapped into IPv6, `IPv6NumToString`
+//! shows them), metadata two parallel arrays of keys and values. Retention (`?retention_days=N`)
+//! is a table TTL where the server has TTL (19.6 and later), else sonde drops the day partitions
+//! older than that at start and every hour. `sonde_schema` records the applied version, so a
+//! later sonde migrates an existing database instead of failing on it.
+
+use crate::sinks::{RecordSink, SinkReport};
+use sonde_dpi::meta::{Value, FIELDS as META_FIELDS};
+use sonde_flow::FlowRecord;
+use std::io::{self, Read};
+use std::time::{Duration, Instant};
+
+/// Rows per INSERT at most (a batch is also sent after a second without records).
+const MAX_ROWS: usize = 100_000;
+/// Tries of one INSERT before its rows are counted as dropped.
+const TRIES: u32 = 3;
+
+/// A parsed `clickhouse://HOST:PORT/DB[?retention_days=N&user=U&password=P]`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ClickHouseTarget {
+    /// `http://HOST:PORT/`
+    pub base: String,
+    pub db: String,
+    pub retention_days: Option<u32>,
+    pub user: Option<String>,
+    pub password: Option<String>,
+    pub text: String,
+}
+
+impl ClickHouseTarget {
+    pub fn parse(s: &str) -> Result<ClickHouseTarget, String> {
+        let help = "(use clickhouse://HOST:PORT/DATABASE, the server's HTTP port, usually 8123)";
+        let rest = s
+            .strip_prefix("clickhouse://")
+            .ok_or_else(|| format!("--export '{s}': not a clickhouse:// URL {help}"))?;
+        let (path, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let (host, db) = path.split_once('/').unwrap_or((path, ""));
+        if !host.contains(':') {
+            return Err(format!("--export '{s}': '{host}' is not HOST:PORT {help}"));
+        }
+        let db = if db.is_empty() { "sonde" } else { db };
+        if !db.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+            || db.starts_with(|c: char| c.is_ascii_digit())
+        {
+            return Err(format!(
+                "--export '{s}': '{db}' is not a database name (letters, digits and _)"
+            ));
+        }
+        let mut t = ClickHouseTarget {
+            base: format!("http://{host}/"),
+            db: db.to_string(),
+            retention_days: None,
+            user: None,
+            password: None,
+            text: s.to_string(),
+        };
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=').unwrap_or((pair, "")) {
+                ("retention_days", v) => {
+                    t.retention_days = Some(v.parse().ok().filter(|&d| d > 0).ok_or_else(|| {
+                        format!("--export '{s}': retention_days={v}: give a number of days")
+                    })?)
+                }
+                ("user", v) => t.user = Some(v.to_string()),
+                ("password", v) => t.password = Some(v.to_string()),
+                (k, _) => {
+                    return Err(format!(
+                        "--export '{s}': unknown option '{k}' (the options are retention_days, \
+                         user, password, when_full and queue)"
+                    ))
+                }
+            }
+        }
+        Ok(t)
+    }
+}
+
+/// The URL options a ClickHouse sink reads itself.
+pub const CLICKHOUSE_OPTIONS: &[&str] = &["retention_days", "user", "password"];
+
+/// The flows table's columns, in RowBinary order.
+pub const FLOW_COLUMNS: &[(&str, &str)] = &[
+    ("date", "Date"),
+    ("time_start", "DateTime"),
+    ("time_end", "DateTime"),
+    ("first_ms", "UInt64"),
+    ("last_ms", "UInt64"),
+    ("ip_version", "UInt8"),
+    ("src_addr", "FixedString(16)"),
+    ("dst_addr", "FixedString(16)"),
+    ("src_port", "UInt16"),
+    ("dst_port", "UInt16"),
+    ("protocol", "UInt8"),
+    ("vlan", "UInt16"),
+    ("in_packets", "UInt64"),
+    ("in_bytes", "UInt64"),
+    ("out_packets", "UInt64"),
+    ("out_bytes", "UInt64"),
+    ("client_tcp_flags", "UInt8"),
+    ("server_tcp_flags", "UInt8"),
+    ("tos", "UInt8"),
+    ("icmp_type", "UInt16"),
+    ("end_reason", "String"),
+    ("l7_proto", "String"),
+    ("l7_proto_name", "String"),
+    ("l7_category", "String"),
+    ("exporter", "FixedString(16)"),
+    ("in_if", "UInt32"),
+    ("out_if", "UInt32"),
+    ("sampling", "UInt32"),
+    ("meta_keys", "Array(String)"),
+    ("meta_values", "Array(String)"),
+];
+
+/// A rollup: its name, its key columns (name, type, expression over `flows`).
+struct Rollup {
+    name: &'static str,
+    keys: &'static [(&'static str, &'static str, &'static str)],
+}
+
+/// Traffic by application, server port, exporter and exporter interface (hosts are counted
+/// from both ends, below).
+const ROLLUPS: &[Rollup] = &[
+    Rollup {
+        name: "apps",
+        keys: &[("application", "String", "l7_proto_name")],
+    },
+    Rollup {
+        name: "ports",
+        keys: &[
+            ("port", "UInt16", "dst_port"),
+            ("protocol", "UInt8", "protocol"),
+        ],
+    },
+    Rollup {
+        name: "exporters",
+        keys: &[("exporter", "FixedString(16)", "exporter")],
+    },
+    Rollup {
+        name: "interfaces",
+        keys: &[
+            ("exporter", "FixedString(16)", "exporter"),
+            ("interface", "UInt32", "in_if"),
+        ],
+    },
+];
+
+/// Per minute and per hour.
+const GRAINS: &[(&str, &str)] = &[("1m", "toStartOfMinute"), ("1h", "toStartOfHour")];
+
+/// The schema version [`statements`] creates.
+pub const SCHEMA_VERSION: u32 = 1;
+
+/// Every statement of schema version 1, in order; each can run again (IF NOT EXISTS).
+pub fn statements(db: &str) -> Vec<String> {
+    let mut s = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
+    let cols: Vec<String> = FLOW_COLUMNS
+        .iter()
+        .map(|(n, t)| format!("{n} {t}"))
+        .collect();
+    s.push(format!(
+        "CREATE TABLE IF NOT EXISTS {db}.flows ({}) ENGINE = MergeTree() \
+         PARTITION BY toYYYYMMDD(date) ORDER BY (time_start, src_addr, dst_addr)",
+        cols.join(", ")
+    ));
+    for (grain, start) in GRAINS {
+        let t = format!("{db}.flows_{grain}_hosts");
+        s.push(format!(
+            "CREATE TABLE IF NOT EXISTS {t} (time DateTime, host FixedString(16), \
+             sent_bytes UInt64, rcvd_bytes UInt64, sent_packets UInt64, rcvd_packets UInt64, \
+             flows UInt64) ENGINE = SummingMergeTree() PARTITION BY toYYYYMM(time) \
+             ORDER BY (time, host)"
+        ));
+        for (side, host, sent, rcvd) in [
+            ("src", "src_addr", "in", "out"),
+            ("dst", "dst_addr", "out", "in"),
+        ] {
+            s.push(format!(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_{side}_mv TO {t} AS SELECT \
+                 {start}(time_start) AS time, {host} AS host, {sent}_bytes AS sent_bytes, \
+                 {rcvd}_bytes AS rcvd_bytes, {sent}_packets AS sent_packets, \
+                 {rcvd}_packets AS rcvd_packets, toUInt64(1) AS flows FROM {db}.flows"
+            ));
+        }
+        for r in ROLLUPS {
+            let t = format!("{db}.flows_{grain}_{}", r.name);
+            let key_cols: Vec<String> = r
+                .keys
+                .iter()
+                .map(|(n, ty, _)| format!("{n} {ty}"))
+                .collect();
+            let key_names: Vec<&str> = r.keys.iter().map(|(n, _, _)| *n).collect();
+            let key_exprs: Vec<String> = r
+                .keys
+                .iter()
+                .map(|(n, _, e)| format!("{e} AS {n}"))
+                .collect();
+            s.push(format!(
+                "CREATE TABLE IF NOT EXISTS {t} (time DateTime, {}, bytes UInt64, \
+                 packets UInt64, flows UInt64) ENGINE = SummingMergeTree() \
+                 PARTITION BY toYYYYMM(time) ORDER BY (time, {})",
+                key_cols.join(", "),
+                key_names.join(", ")
+            ));
+            s.push(format!(
+                "CREATE MATERIALIZED VIEW IF NOT EXISTS {t}_mv TO {t} AS SELECT \
+                 {start}(time_start) AS time, {}, in_bytes + out_bytes AS bytes, \
+                 in_packets + out_packets AS packets, toUInt64(1) AS flows FROM {db}.flows",
+                key_exprs.join(", ")
+            ));
+        }
+    }
+    s
+}
+
+pub struct ClickHouseSink {
+    target: ClickHouseTarget,
+    agent: ureq::Agent,
+    /// RowBinary rows not sent yet, and how many.
+    rows: Vec<u8>,
+    pending: usize,
+    report: SinkReport,
+    /// Whether the server has TTL (else retention drops old partitions).
+    has_ttl: bool,
+    last_retention: Instant,
+    last_error: Option<String>,
+}
+
+/// The server's answer to a statement, or why there is none.
+fn post(
+    agent: &ureq::Agent,
+    t: &ClickHouseTarget,
+    query: &str,
+    body: &[u8],
+) -> Result<String, String> {
+    let mut req = agent.post(&t.base).query("query", query);
+    if let Some(u) = &t.user {
+        req = req.header("X-ClickHouse-User", u);
+    }
+    if let Some(p) = &t.password {
+        req = req.header("X-ClickHouse-Key", p);
+    }
+    let mut resp = req.send(body).map_err(|e| e.to_string())?;
+    let mut text = String::new();
+    resp.body_mut()
+        .as_reader()
+        .take(64 << 10)
+        .read_to_string(&mut text)
+        .map_err(|e| e.to_string())?;
+    if resp.status() == 200 {
+        Ok(text)
+    } else {
+        // ClickHouse's own message: "Code: 60, e.displayText() = DB::Exception: …".
+        Err(format!("HTTP {}: {}", resp.status(), text.trim()))
+    }
+}
+
+/// `18.16.1` → (18, 16).
+fn version_of(text: &str) -> (u32, u32) {
+    let mut parts = text.trim().split('.').map(|p| p.parse().unwrap_or(0));
+    (parts.next().unwrap_or(0), parts.next().unwrap_or(0))
+}
+
+impl ClickHouseSink {
+    /// Connects, creates or migrates the schema and sets the retention; every failure is one
+    /// message naming the URL.
+    pub fn connect(target: ClickHouseTarget) -> Result<ClickHouseSink, String> {
+        let agent: ureq::Agent = ureq::Agent::config_builder()
+            .http_status_as_error(false)
+            .timeout_global(Some(Duration::from_secs(120)))
+            .build()
+            .into();
+        let fail = |what: &str, e: String| format!("--export {}: {what}: {e}", target.text);
+        let version = post(&agent, &target, "SELECT version()", b"").map_err(|e| {
+            fail(
+                "no answer from ClickHouse (is it running, on its HTTP port?)",
+                e,
+            )
+        })?;
+        let (major, minor) = version_of(&version);
+        let has_ttl = (major, minor) >= (19, 6);
+        let db = &target.db;
+        post(
+            &agent,
+            &target,
+            &format!("CREATE DATABASE IF NOT EXISTS {db}"),
+            b"",
+        )
+        .map_err(|e| fail("cannot create the database", e))?;
+        post(
+            &agent,
+            &target,
+            &format!(
+                "CREATE TABLE IF NOT EXISTS {db}.sonde_schema (version UInt32, \
+                 applied DateTime) ENGINE = TinyLog"
+            ),
+            b"",
+        )
+        .map_err(|e| fail("cannot create sonde_schema", e))?;
+        let current: u32 = post(
+            &agent,
+            &target,
+            &format!("SELECT max(version) FROM {db}.sonde_schema"),
+            b"",
+        )
+        .map_err(|e| fail("cannot read sonde_schema", e))?
+        .trim()
+        .parse()
+        .unwrap_or(0);
+        if current > SCHEMA_VERSION {
+            return Err(format!(
+                "--export {}: database '{db}' has schema version {current}, newer than this \
+                 sonde's {SCHEMA_VERSION}: use a newer sonde or another database",
+                target.text
+            ));
+        }
+        if current < SCHEMA_VERSION {
+            for st in statements(db) {
+                post(&agent, &target, &st, b"").map_err(|e| fail("schema", e))?;
+            }
+            post(
+                &agent,
+                &target,
+                &format!("INSERT INTO {db}.sonde_schema VALUES ({SCHEMA_VERSION}, now())"),
+                b"",
+            )
+            .map_err(|e| fail("cannot record the schema version", e))?;
+        }
+        if let (Some(days), true) = (target.retention_days, has_ttl) {
+            post(
+                &agent,
+                &target,
+                &format!("ALTER TABLE {db}.flows MODIFY TTL date + INTERVAL {days} DAY"),
+                b"",
+            )
+            .map_err(|e| fail("cannot set the retention", e))?;
+        }
+        let mut sink = ClickHouseSink {
+            report: SinkReport {
+                name: target.text.clone(),
+                ..SinkReport::default()
+            },
+            target,
+            agent,
+            rows: Vec::with_capacity(1 << 20),
+            pending: 0,
+            has_ttl,
+            last_retention: Instant::now(),
+            last_error: None,
+        };
+        sink.enforce_retention()
+            .map_err(|e| format!("--export {}: retention: {e}", sink.target.text))?;
+        Ok(sink)
+    }
+
+    /// Without TTL: drops the day partitions of `flows` older than the retention.
+    fn enforce_retention(&mut self) -> Result<(), String> {
+        self.last_retention = Instant::now();
+        let (Some(days), false) = (self.target.retention_days, self.has_ttl) else {
+            return Ok(());
+        };
+        let db = &self.target.db;
+        let old = post(
+            &self.agent,
+            &self.target,
+            &format!(
+                "SELECT DISTINCT partition FROM system.parts WHERE database = '{db}' AND \
+                 table = 'flows' AND active AND toUInt32OrZero(partition) < toYYYYMMDD(today() - {days})"
+            ),
+            b"",
+        )?;
+        for p in old.lines().map(str::trim).filter(|p| !p.is_empty()) {
+            if p.chars().all(|c| c.is_ascii_digit()) {
+                post(
+                    &self.agent,
+                    &self.target,
+                    &format!("ALTER TABLE {db}.flows DROP PARTITION {p}"),
+                    b"",
+                )?;
+            }
+        }
+        Ok(())
+    }
+
+    fn send(&mut self) {
+        if self.pending == 0 {
+            return;
+        }
+        let query = format!("INSERT INTO {}.flows FORMAT RowBinary", self.target.db);
+        let mut wait = Duration::from_millis(500);
+        let mut result = Err(String::new());
+        for attempt in 0..TRIES {
+            if attempt > 0 {
+                std::thread::sleep(wait);
+                wait *= 2;
+            }
+            result = post(&self.agent, &self.target, &query, &self.rows);
+            if result.is_ok() {
+                break;
+            }
+        }
+        match result {
+            Ok(_) => {
+                self.report.records += self.pending as u64;
+                self.report.messages += 1;
+            }
+            Err(e) => {
+                self.report.dropped += self.pending as u64;
+                self.last_error = Some(e);
+            }
+        }
+        self.rows.clear();
+        self.pending = 0;
+    }
+}
+
+/// An address as 16 bytes, IPv4 mapped into IPv6 (`::ffff:a.b.c.d`).
+fn addr16(a: &[u8; 16], ip_version: u8) -> [u8; 16] {
+    if ip_version == 4 {
+        let mut m = [0u8; 16];
+        m[10] = 0xff;
+        m[11] = 0xff;
+        m[12..].copy_from_slice(&a[..4]);
+        m
+    } else {
+        *a
+    }
+}
+
+fn put_leb(out: &mut Vec<u8>, mut n: u64) {
+    while n >= 0x80 {
+        out.push(n as u8 | 0x80);
+        n >>= 7;
+    }
+    out.push(n as u8);
+}
+
+fn put_str(out: &mut Vec<u8>, s: &str) {
+    put_leb(out, s.len() as u64);
+    out.extend_from_slice(s.as_bytes());
+}
+
+/// One row of `flows` in RowBinary, in [`FLOW_COLUMNS`] order.
+pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
+    let f = &r.flow;
+    let (c, s) = (f.client_dir(), 1 - f.client_dir());
+    let (ca, sa, cp, sp) = if c == 0 {
+        (&f.key.addr_a, &f.key.addr_b, f.key.port_a, f.key.port_b)
+    } else {
+        (&f.key.addr_b, &f.key.addr_a, f.key.port_b, f.key.port_a)
+    };
+    let secs = |ns: u64| (ns / 1_000_000_000).min(u32::MAX as u64) as u32;
+    out.extend_from_slice(&((f.first_ns / 86_400_000_000_000) as u16).to_le_bytes());
+    out.extend_from_slice(&secs(f.first_ns).to_le_bytes());
+    out.extend_from_slice(&secs(f.last_ns).to_le_bytes());
+    out.extend_from_slice(&(f.first_ns / 1_000_000).to_le_bytes());
+    out.extend_from_slice(&(f.last_ns / 1_000_000).to_le_bytes());
+    out.push(f.key.ip_version);
+    out.extend_from_slice(&addr16(ca, f.key.ip_version));
+    out.extend_from_slice(&addr16(sa, f.key.ip_version));
+    out.extend_from_slice(&cp.to_le_bytes());
+    out.extend_from_slice(&sp.to_le_bytes());
+    out.push(f.key.proto);
+    out.extend_from_slice(&f.key.vlan.to_le_bytes());
+    for n in [f.pkts[c], f.bytes[c], f.pkts[s], f.bytes[s]] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    out.push(f.tcp_flags[c]);
+    out.push(f.tcp_flags[s]);
+    out.push(f.tos);
+    out.extend_from_slice(&f.icmp_type_code.to_le_bytes());
+    put_str(out, r.reason.name());
+    if f.dpi_done {
+        put_str(out, &f.l7.number());
+        put_str(out, &f.l7.name());
+        put_str(out, f.l7.category.name());
+    } else {
+        put_str(out, "");
+        put_str(out, "");
+        put_str(out, "");
+    }
+    let exporter = match r.exporter {
+        Some((std::net::SocketAddr::V4(a), _)) => {
+            let mut b = [0u8; 16];
+            b[..4].copy_from_slice(&a.ip().octets());
+            addr16(&b, 4)
+        }
+        Some((std::net::SocketAddr::V6(a), _)) => a.ip().octets(),
+        None => [0; 16],
+    };
+    out.extend_from_slice(&exporter);
+    for n in [f.in_if, f.out_if, f.sampling] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    // Metadata: the keys, then the values (numbers in decimal, lists comma-joined).
+    let mut pairs: Vec<(&str, String)> = Vec::new();
+    if let Some(m) = r.meta.as_deref() {
+        for fld in META_FIELDS {
+            match (fld.get)(m) {
+                None => {}
+                Some(Value::Text(t)) => pairs.push((fld.key, t.to_string())),
+                Some(Value::Number(n)) => pairs.push((fld.key, n.to_string())),
+                Some(Value::List(l)) => pairs.push((fld.key, l.join(","))),
+            }
+        }
+        for (k, v) in &m.extra {
+            pairs.push((k, v.clone()));
+        }
+    }
+    put_leb(out, pairs.len() as u64);
+    for (k, _) in &pairs {
+        put_str(out, k);
+    }
+    put_leb(out, pairs.len() as u64);
+    for (_, v) in &pairs {
+        put_str(out, v);
+    }
+}
+
+impl RecordSink for ClickHouseSink {
+    fn name(&self) -> String {
+        self.target.text.clone()
+    }
+
+    fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()> {
+        for r in batch {
+            row_binary(r, &mut self.rows);
+            self.pending += 1;
+            if self.pending >= MAX_ROWS {
+                self.send();
+            }
+        }
+        Ok(())
+    }
+
+    fn idle(&mut self) -> io::Result<()> {
+        self.send();
+        if self.last_retention.elapsed() >= Duration::from_secs(3600) {
+            if let Err(e) = self.enforce_retention() {
+                self.last_error = Some(e);
+            }
+        }
+        Ok(())
+    }
+
+    fn finish(&mut self) -> io::Result<SinkReport> {
+        self.send();
+        if let Some(e) = &self.last_error {
+            eprintln!(
+                "sonde: warning: {}: {} records not stored, the last error: {e}",
+                self.target.text, self.report.dropped
+            );
+        }
+        Ok(self.report.clone())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn urls_parse_or_say_what_is_wrong() {
+        let t = ClickHouseTarget::parse("clickhouse://127.0.0.1:8123/flowdb?retention_days=30")
+            .unwrap();
+        assert_eq!(
+            (t.base.as_str(), t.db.as_str()),
+            ("http://127.0.0.1:8123/", "flowdb")
+        );
+        assert_eq!(t.retention_days, Some(30));
+        assert_eq!(
+            ClickHouseTarget::parse("clickhouse://h:8123").unwrap().db,
+            "sonde"
+        );
+        for (bad, says) in [
+            ("clickhouse://h/db", "HOST:PORT"),
+            ("clickhouse://h:8123/my-db", "database name"),
+            ("clickhouse://h:8123/db?retention_days=x", "number of days"),
+            ("clickhouse://h:8123/db?engine=x", "unknown option 'engine'"),
+        ] {
+            let e = ClickHouseTarget::parse(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn versions_read_and_compare() {
+        assert_eq!(version_of("18.16.1\n"), (18, 16));
+        assert!(version_of("24.8.4.13") >= (19, 6));
+        assert!(version_of("19.5.1") < (19, 6));
+    }
+
+    #[test]
+    fn every_rollup_has_its_table_and_view() {
+        let s = statements("db");
+        // Database, flows, then per grain: hosts table + 2 views, and a table and a view
+        // per other rollup.
+        assert_eq!(s.len(), 2 + GRAINS.len() * (3 + 2 * ROLLUPS.len()));
+        assert!(s.iter().all(|st| st.contains("IF NOT EXISTS")));
+    }
+}

@@ -1,0 +1,75 @@
+#!/usr/bin/env bash
+# Starts a ClickHouse server (Debian's clickhouse-server) on 127.0.0.1 for tests, with its
+# data under DIR and free ports. Prints one line once it answers /ping, then returns (the
+# server keeps running):
+#
+#   HTTP=127.0.0.1:PORT PID=PID
+#
+# The caller stops it with `kill PID`; with CLICKHOUSE_PARENT_PID set, it is also stopped when
+# that process ends. Usage: scripts/clickhouse-server.sh DIR
+set -euo pipefail
+DIR=${1:?usage: scripts/clickhouse-server.sh DIR}
+command -v clickhouse-server >/dev/null ||
+    { echo "clickhouse-server: not installed (scripts/setup-test-deps.sh installs it)" >&2; exit 1; }
+
+free_port() {
+    python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
+}
+HTTP=$(free_port)
+TCP=$(free_port)
+INTER=$(free_port)
+mkdir -p "$DIR/data/" "$DIR/tmp/" "$DIR/user_files/" "$DIR/log"
+DIR=$(cd "$DIR" && pwd)
+cat > "$DIR/users.xml" <<EOF
+<?xml version="1.0"?>
+<yandex>
+  <profiles><default><max_memory_usage>2000000000</max_memory_usage></default></profiles>
+  <users>
+    <default>
+      <password></password>
+      <networks><ip>127.0.0.1</ip><ip>::1</ip></networks>
+      <profile>default</profile>
+      <quota>default</quota>
+    </default>
+  </users>
+  <quotas><default></default></quotas>
+</yandex>
+EOF
+cat > "$DIR/config.xml" <<EOF
+<?xml version="1.0"?>
+<yandex>
+  <logger><level>warning</level><log>$DIR/log/server.log</log><errorlog>$DIR/log/error.log</errorlog><console>0</console></logger>
+  <listen_host>127.0.0.1</listen_host>
+  <http_port>$HTTP</http_port>
+  <tcp_port>$TCP</tcp_port>
+  <interserver_http_port>$INTER</interserver_http_port>
+  <path>$DIR/data/</path>
+  <tmp_path>$DIR/tmp/</tmp_path>
+  <user_files_path>$DIR/user_files/</user_files_path>
+  <users_config>$DIR/users.xml</users_config>
+  <default_profile>default</default_profile>
+  <default_database>default</default_database>
+  <mark_cache_size>53687091</mark_cache_size>
+</yandex>
+EOF
+nohup clickhouse-server --config-file="$DIR/config.xml" >"$DIR/log/stdout.log" 2>&1 </dev/null &
+PID=$!
+for _ in $(seq 1 150); do
+    if ! kill -0 "$PID" 2>/dev/null; then
+        echo "clickhouse-server: exited; its log:" >&2
+        tail -20 "$DIR/log/stdout.log" "$DIR/log/error.log" >&2 2>/dev/null || true
+        exit 1
+    fi
+    if curl -sf "http://127.0.0.1:$HTTP/ping" >/dev/null 2>&1; then
+        if [ -n "${CLICKHOUSE_PARENT_PID:-}" ]; then
+            nohup bash -c "while kill -0 $CLICKHOUSE_PARENT_PID 2>/dev/null; do sleep 1; done; kill $PID" \
+                >/dev/null 2>&1 </dev/null &
+        fi
+        echo "HTTP=127.0.0.1:$HTTP PID=$PID"
+        exit 0
+    fi
+    sleep 0.2
+done
+echo "clickhouse-server: no answer to /ping after 30 s" >&2
+kill "$PID" 2>/dev/null || true
+exit 1

@@ -1,0 +1,183 @@
+"""ClickHouse (issue 16): `--export clickhouse://HOST:PORT/DB` against Debian's ClickHouse
+18.16 started on 127.0.0.1 (scripts/clickhouse-server.sh), and sonde's schema on a current
+ClickHouse (chdb-core, the server in-process).
+
+* The flows table holds exactly the records `--flows-out` wrote (count, addresses, bytes), and
+  the rollups the materialized views keep add up to the same traffic per host (both ends), per
+  application and per server port, per minute and per hour.
+* A second run into the same database migrates nothing and appends; the schema version is
+  recorded once. With `retention_days`, a server without TTL loses its old day partitions.
+* `sonde schema --clickhouse DB` runs unchanged on current ClickHouse, whose views fill too.
+* A server that does not answer is one error at start.
+"""
+
+from __future__ import annotations
+
+import collections
+import ipaddress
+import json
+import os
+import re
+import signal
+import shutil
+import subprocess
+import urllib.parse
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+import oracle
+
+REPO = Path(__file__).resolve().parents[2]
+PCAP = "1kxun.pcap"
+ARGS = ["--idle-timeout", "1000000000", "--active-timeout", "0", "-q"]
+
+
+@pytest.fixture(scope="module")
+def clickhouse(tmp_path_factory):
+    if not shutil.which("clickhouse-server"):
+        pytest.fail("clickhouse-server is needed: run scripts/setup-test-deps.sh")
+    d = tmp_path_factory.mktemp("clickhouse")
+    out = subprocess.run([str(REPO / "scripts" / "clickhouse-server.sh"), str(d)],
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    m = re.search(r"HTTP=(\S+) PID=(\d+)", out.stdout)
+    assert m, out.stdout
+    yield m.group(1)
+    os.kill(int(m.group(2)), signal.SIGTERM)
+
+
+def query(http: str, q: str) -> list[list[str]]:
+    req = urllib.request.Request(f"http://{http}/", data=q.encode())
+    with urllib.request.urlopen(req, timeout=60) as r:
+        return [line.split("\t") for line in r.read().decode().splitlines()]
+
+
+def _mapped(ip: str) -> str:
+    """How ClickHouse's IPv6NumToString shows an address sonde stored."""
+    a = ipaddress.ip_address(ip)
+    return f"::ffff:{a}" if a.version == 4 else str(a)
+
+
+def _export(sonde, corpus, workdir, url, name):
+    flows, stats = workdir / f"{name}.jsonl", workdir / f"{name}-stats.json"
+    p = sonde("-r", corpus / PCAP, "--export", url, "--flows-out", flows, "--stats-json", stats,
+              *ARGS)
+    assert p.returncode == 0, p.stderr
+    sink = next(s for s in json.loads(stats.read_text())["sinks"]
+                if s["name"].startswith("clickhouse"))
+    records = oracle.load_jsonl(str(flows))
+    assert sink["records"] == len(records) and sink["dropped"] == 0, sink
+    return records
+
+
+def _addr(r, side):
+    return r.get(f"IPV4_{side}_ADDR") or r.get(f"IPV6_{side}_ADDR")
+
+
+def test_flows_and_rollups_equal_the_flows_file(clickhouse, sonde, corpus, workdir):
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    db = "sonde_t1"
+    records = _export(sonde, corpus, workdir, f"clickhouse://{clickhouse}/{db}", "t1")
+    [[count, total]] = query(clickhouse, f"SELECT count(), sum(in_bytes + out_bytes) FROM {db}.flows")
+    assert int(count) == len(records)
+    assert int(total) == sum(r["IN_BYTES"] + r["OUT_BYTES"] for r in records)
+    # Row by row: client, server, ports, bytes each way.
+    rows = query(clickhouse, f"SELECT IPv6NumToString(src_addr), src_port, "
+                             f"IPv6NumToString(dst_addr), dst_port, in_bytes, out_bytes "
+                             f"FROM {db}.flows")
+    want = collections.Counter(
+        (_mapped(_addr(r, "SRC")), str(r["L4_SRC_PORT"]), _mapped(_addr(r, "DST")),
+         str(r["L4_DST_PORT"]), str(r["IN_BYTES"]), str(r["OUT_BYTES"])) for r in records)
+    assert collections.Counter(map(tuple, rows)) == want
+    # Hosts, both ends, per minute and per hour.
+    sent, rcvd = collections.Counter(), collections.Counter()
+    for r in records:
+        s, d = _mapped(_addr(r, "SRC")), _mapped(_addr(r, "DST"))
+        sent[s] += r["IN_BYTES"]
+        rcvd[s] += r["OUT_BYTES"]
+        sent[d] += r["OUT_BYTES"]
+        rcvd[d] += r["IN_BYTES"]
+    for grain in ("1m", "1h"):
+        got = query(clickhouse, f"SELECT IPv6NumToString(host), sum(sent_bytes), "
+                                f"sum(rcvd_bytes) FROM {db}.flows_{grain}_hosts GROUP BY host")
+        assert {h: (int(a), int(b)) for h, a, b in got} == \
+            {h: (sent[h], rcvd[h]) for h in sent | rcvd}, grain
+        apps = query(clickhouse, f"SELECT application, sum(bytes), sum(flows) FROM "
+                                 f"{db}.flows_{grain}_apps GROUP BY application")
+        by_app = collections.Counter()
+        flows_by_app = collections.Counter()
+        for r in records:
+            by_app[r.get("L7_PROTO_NAME", "")] += r["IN_BYTES"] + r["OUT_BYTES"]
+            flows_by_app[r.get("L7_PROTO_NAME", "")] += 1
+        assert {a: (int(b), int(f)) for a, b, f in apps} == \
+            {a: (by_app[a], flows_by_app[a]) for a in by_app}, grain
+        ports = query(clickhouse, f"SELECT sum(bytes) FROM {db}.flows_{grain}_ports")
+        assert int(ports[0][0]) == int(total)
+    # Each record's metadata keys (those `sonde schema` files under "meta") are its arrays'.
+    schema = json.loads(sonde("schema", "--json").stdout)
+    meta_keys = {f["key"] for f in schema if f["stored"] == "meta"}
+    got = query(clickhouse, f"SELECT arrayStringConcat(arraySort(meta_keys), ',') FROM {db}.flows")
+    want = collections.Counter(",".join(sorted(k for k in r if k in meta_keys)) for r in records)
+    assert collections.Counter(row[0] if row else "" for row in got) == want
+    assert sum(n for k, n in want.items() if k) > 100, "the capture's flows carry metadata"
+
+
+def test_a_second_run_appends_without_migrating_again(clickhouse, sonde, corpus, workdir):
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    url = f"clickhouse://{clickhouse}/sonde_t2"
+    first = _export(sonde, corpus, workdir, url, "a")
+    second = _export(sonde, corpus, workdir, url, "b")
+    [[count]] = query(clickhouse, "SELECT count() FROM sonde_t2.flows")
+    assert int(count) == len(first) + len(second)
+    assert query(clickhouse, "SELECT version FROM sonde_t2.sonde_schema") == [["1"]]
+
+
+def test_retention_drops_old_days_on_a_server_without_ttl(clickhouse, sonde, corpus, workdir):
+    """18.16 has no TTL: with retention_days, sonde drops the day partitions older than that
+    at start (and every hour). The capture is from 2016 and 2022, so a second run's start
+    drops all the first run wrote."""
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    url = f"clickhouse://{clickhouse}/sonde_t3?retention_days=30"
+    _export(sonde, corpus, workdir, url, "r1")
+    second = _export(sonde, corpus, workdir, url, "r2")
+    [[count]] = query(clickhouse, "SELECT count() FROM sonde_t3.flows")
+    assert int(count) == len(second)
+
+
+def test_the_schema_runs_on_current_clickhouse(sonde, tmp_path):
+    chdb = pytest.importorskip("chdb", reason="pip install chdb-core (scripts/setup-test-deps.sh)")
+    from chdb import session
+    p = sonde("schema", "--clickhouse", "modern")
+    assert p.returncode == 0, p.stderr
+    statements = [s.strip() for s in p.stdout.split(";\n") if s.strip()]
+    sess = session.Session(str(tmp_path / "chdb"))
+    for st in statements:
+        sess.query(st)
+    sess.query("INSERT INTO modern.flows (date, time_start, src_addr, dst_addr, in_bytes, "
+               "out_bytes, in_packets, out_packets, l7_proto_name, dst_port, protocol) VALUES "
+               "('2026-11-24', '2026-11-24 10:00:01', toFixedString(unhex("
+               "'00000000000000000000ffff0a000001'), 16), toFixedString(unhex("
+               "'00000000000000000000ffff0a000002'), 16), 100, 200, 1, 2, 'TLS', 443, 6)")
+    hosts = str(sess.query("SELECT IPv6NumToString(host), sum(sent_bytes), sum(rcvd_bytes) "
+                           "FROM modern.flows_1h_hosts GROUP BY host ORDER BY host", "CSV"))
+    assert hosts.split() == ['"::ffff:10.0.0.1",100,200', '"::ffff:10.0.0.2",200,100'], hosts
+    apps = str(sess.query("SELECT application, sum(bytes) FROM modern.flows_1m_apps "
+                          "GROUP BY application", "CSV"))
+    assert apps.split() == ['"TLS",300'], apps
+
+
+def test_a_dead_server_is_one_error_at_start(sonde, corpus):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    p = sonde("-r", corpus / PCAP, "--export", f"clickhouse://127.0.0.1:{port}/x", "-q")
+    assert p.returncode != 0
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and "no answer from ClickHouse" in lines[0], p.stderr
