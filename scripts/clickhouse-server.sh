@@ -50,6 +50,8 @@ cat > "$DIR/config.xml" <<EOF
   <default_profile>default</default_profile>
   <default_database>default</default_database>
   <mark_cache_size>53687091</mark_cache_size>
+  <!-- Kafka engine tables of a new consumer group read their topic from the start. -->
+  <kafka><auto_offset_reset>earliest</auto_offset_reset></kafka>
 </yandex>
 EOF
 nohup clickhouse-server --config-file="$DIR/config.xml" >"$DIR/log/stdout.log" 2>&1 </dev/null &

@@ -152,3 +152,37 @@ def analytics_recording(tmp_path_factory):
         return analytics_captures.record(tmp_path_factory.mktemp("analytics"))
     except analytics_captures.RecordError as e:
         pytest.fail(f"recording the analytics scenarios failed: {e}", pytrace=False)
+
+
+def _server(script: str, args: list, tmp_path_factory, pattern: str):
+    """Starts a server script of scripts/ (it prints its address and PID once ready); yields
+    the address and stops the server at the end of the session."""
+    import re
+    import signal
+    import subprocess
+    d = tmp_path_factory.mktemp(script.split("-")[0])
+    out = subprocess.run([str(REPO / "scripts" / script), str(d), *args], capture_output=True,
+                         text=True, timeout=600)
+    assert out.returncode == 0, f"{script}: {out.stderr}"
+    m = re.search(pattern + r"=(\S+) PID=(\d+)", out.stdout)
+    assert m, out.stdout
+    yield m.group(1)
+    os.kill(int(m.group(2)), signal.SIGTERM)
+
+
+@pytest.fixture(scope="session")
+def kafka(tmp_path_factory):
+    """A Kafka 4.1 broker on 127.0.0.1 (topics of 4 partitions): its bootstrap address."""
+    import shutil
+    if not shutil.which("java") or not shutil.which("mvn"):
+        pytest.fail("java and mvn are needed for the Kafka tests: run scripts/setup-test-deps.sh")
+    yield from _server("kafka-server.sh", ["4"], tmp_path_factory, "BOOTSTRAP")
+
+
+@pytest.fixture(scope="session")
+def clickhouse(tmp_path_factory):
+    """Debian's ClickHouse 18.16 on 127.0.0.1: its HTTP address."""
+    import shutil
+    if not shutil.which("clickhouse-server"):
+        pytest.fail("clickhouse-server is needed: run scripts/setup-test-deps.sh")
+    yield from _server("clickhouse-server.sh", [], tmp_path_factory, "HTTP")

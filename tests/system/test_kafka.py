@@ -33,20 +33,6 @@ PCAP = "1kxun.pcap"
 ARGS = ["--idle-timeout", "1000000000", "--active-timeout", "10", "-q"]
 
 
-@pytest.fixture(scope="module")
-def kafka(tmp_path_factory):
-    if not shutil.which("java") or not shutil.which("mvn"):
-        pytest.fail("java and mvn are needed for the Kafka tests: run scripts/setup-test-deps.sh")
-    d = tmp_path_factory.mktemp("kafka")
-    out = subprocess.run([str(REPO / "scripts" / "kafka-server.sh"), str(d), "4"],
-                         capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stderr
-    m = re.search(r"BOOTSTRAP=(\S+) PID=(\d+)", out.stdout)
-    assert m, out.stdout
-    yield m.group(1)
-    os.kill(int(m.group(2)), signal.SIGTERM)
-
-
 def _kcat(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
     """Every message of `topic` as (partition, payload): kcat writes the partition, a tab, the
     payload's 32-bit length and the payload (keys are binary, so they are left out)."""

@@ -527,7 +527,10 @@ mod tests {
         v6_exported.exporter = Some(("[2001:db8::1]:2055".parse().unwrap(), 0));
         let mut seen: Vec<String> = Vec::new();
         for r in [record(), v6, everything(), v6_exported] {
-            flow_fields(&r, |name, value, _| {
+            flow_fields(&r, |name, value, is_str| {
+                if let (Some(_), Some(f)) = (value, schema::field(name)) {
+                    assert_eq!(is_str, f.json_string(), "{name}: written as a string?");
+                }
                 if value.is_some() && !seen.iter().any(|s| s == name) {
                     seen.push(name.to_string());
                 }

@@ -146,11 +146,18 @@ const FLOW: &[Field] = &[
     f("INPUT_SNMP", Code, "", "collector", None, Fixed, true, "input interface index (NetFlow v9 element 10; not in IPFIX export)"),
     f("OUTPUT_SNMP", Code, "", "collector", None, Fixed, true, "output interface index (NetFlow v9 element 14; not in IPFIX export)"),
     f("SAMPLING_INTERVAL", Count, "", "collector", None, Fixed, true, "1 in N sampling the counters were scaled by"),
-    f("L7_PROTO", Code, "", "l7", Some((95, 0)), Fixed, true, "application as nDPI numbers (protocol.service)"),
+    f("L7_PROTO", Name, "", "l7", Some((95, 0)), Fixed, true, "application as nDPI numbers (protocol.service)"),
     f("L7_PROTO_NAME", Name, "", "l7", Some((96, 0)), Derived, true, "application name (TLS.Google, …)"),
     f("L7_CATEGORY", Name, "", "l7", None, Fixed, true, "application category"),
     f("L7_CONFIDENCE", Name, "", "l7", None, Fixed, true, "how the label was found (dpi, port, dns cache, …)"),
 ];
+
+impl Field {
+    /// Whether the JSON writer writes the value as a JSON string (else as a number).
+    pub fn json_string(&self) -> bool {
+        matches!(self.kind, Address | Mac | Name | WireText)
+    }
+}
 
 /// The number of fields.
 pub const COUNT: usize = FLOW.len() + META.len();

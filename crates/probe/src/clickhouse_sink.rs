@@ -222,6 +222,108 @@ pub fn statements(db: &str) -> Vec<String> {
     s
 }
 
+/// The other way in (Akvorado's): ClickHouse reads the Kafka topic sonde produces to
+/// (`--export kafka://BROKERS/TOPIC`, JSON) itself, through a Kafka engine table whose columns
+/// are every key of the flow record's schema, and a materialized view that turns each message
+/// into a row of `flows` as the direct sink writes it (so the rollups fill the same way). Run
+/// after [`statements`]; ClickHouse's consumer group starts at the topic's end. Numeric
+/// metadata equal to 0 are not kept (absent and 0 read the same from JSON).
+pub fn kafka_statements(db: &str, brokers: &str, topic: &str, group: &str) -> Vec<String> {
+    use sonde_export::schema::{Kind, FIELDS};
+    let cols: Vec<String> = FIELDS
+        .iter()
+        .map(|f| {
+            let ty = if f.json_string() {
+                "String"
+            } else if f.kind == Kind::Duration {
+                "Float64"
+            } else {
+                "UInt64"
+            };
+            format!("{} {ty}", f.key)
+        })
+        .collect();
+    let addr = |v4: &str, v6: &str| {
+        format!(
+            "IPv6StringToNum(if({v4} != '', concat('::ffff:', {v4}), if({v6} != '', {v6}, '::')))"
+        )
+    };
+    let meta: Vec<&sonde_export::schema::Field> = FIELDS
+        .iter()
+        .filter(|f| matches!(f.stored, sonde_export::schema::Stored::Meta(_)))
+        .collect();
+    let keys: Vec<String> = meta.iter().map(|f| format!("'{}'", f.key)).collect();
+    let values: Vec<String> = meta
+        .iter()
+        .map(|f| {
+            if f.json_string() {
+                f.key.to_string()
+            } else {
+                format!("toString({})", f.key)
+            }
+        })
+        .collect();
+    let (keys, values) = (keys.join(", "), values.join(", "));
+    let present = "v != '' AND v != '0'";
+    let ms = |k: &str| format!("toUInt64({k})");
+    let select = [
+        format!(
+            "toDate(intDiv({}, 1000)) AS date",
+            ms("FLOW_START_MILLISECONDS")
+        ),
+        format!(
+            "toDateTime(intDiv({}, 1000)) AS time_start",
+            ms("FLOW_START_MILLISECONDS")
+        ),
+        format!(
+            "toDateTime(intDiv({}, 1000)) AS time_end",
+            ms("FLOW_END_MILLISECONDS")
+        ),
+        "FLOW_START_MILLISECONDS AS first_ms".into(),
+        "FLOW_END_MILLISECONDS AS last_ms".into(),
+        "toUInt8(IP_PROTOCOL_VERSION) AS ip_version".into(),
+        format!("{} AS src_addr", addr("IPV4_SRC_ADDR", "IPV6_SRC_ADDR")),
+        format!("{} AS dst_addr", addr("IPV4_DST_ADDR", "IPV6_DST_ADDR")),
+        "toUInt16(L4_SRC_PORT) AS src_port".into(),
+        "toUInt16(L4_DST_PORT) AS dst_port".into(),
+        "toUInt8(PROTOCOL) AS protocol".into(),
+        "toUInt16(VLAN_ID) AS vlan".into(),
+        "IN_PKTS AS in_packets".into(),
+        "IN_BYTES AS in_bytes".into(),
+        "OUT_PKTS AS out_packets".into(),
+        "OUT_BYTES AS out_bytes".into(),
+        "toUInt8(CLIENT_TCP_FLAGS) AS client_tcp_flags".into(),
+        "toUInt8(SERVER_TCP_FLAGS) AS server_tcp_flags".into(),
+        "toUInt8(SRC_TOS) AS tos".into(),
+        "toUInt16(ICMP_TYPE) AS icmp_type".into(),
+        "FLOW_END_REASON AS end_reason".into(),
+        "L7_PROTO AS l7_proto".into(),
+        "L7_PROTO_NAME AS l7_proto_name".into(),
+        "L7_CATEGORY AS l7_category".into(),
+        format!(
+            "{} AS exporter",
+            addr("EXPORTER_IPV4_ADDRESS", "EXPORTER_IPV6_ADDRESS")
+        ),
+        "toUInt32(INPUT_SNMP) AS in_if".into(),
+        "toUInt32(OUTPUT_SNMP) AS out_if".into(),
+        "toUInt32(SAMPLING_INTERVAL) AS sampling".into(),
+        format!("arrayFilter((v, k) -> {present}, [{values}], [{keys}]) AS meta_keys"),
+        format!("arrayFilter(v -> {present}, [{values}]) AS meta_values"),
+    ];
+    vec![
+        format!(
+            "CREATE TABLE IF NOT EXISTS {db}.flows_kafka ({}) ENGINE = Kafka('{brokers}', \
+             '{topic}', '{group}', 'JSONEachRow')",
+            cols.join(", ")
+        ),
+        format!(
+            "CREATE MATERIALIZED VIEW IF NOT EXISTS {db}.flows_kafka_mv TO {db}.flows AS SELECT {} \
+             FROM {db}.flows_kafka",
+            select.join(", ")
+        ),
+    ]
+}
+
 pub struct ClickHouseSink {
     target: ClickHouseTarget,
     agent: ureq::Agent,

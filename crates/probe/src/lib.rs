@@ -26,7 +26,10 @@ mod source;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
-pub use clickhouse_sink::{statements as clickhouse_statements, ClickHouseSink, ClickHouseTarget};
+pub use clickhouse_sink::{
+    kafka_statements as clickhouse_kafka_statements, statements as clickhouse_statements,
+    ClickHouseSink, ClickHouseTarget,
+};
 pub use collect::CollectSource;
 pub use config::{Input, InputKind, ProbeConfig, Replay, SinkFactory, SinkPlan, INPUTS};
 pub use export_url::ExportSpec;

@@ -21,23 +21,49 @@ pub(crate) fn print_sources() {
     println!("each on its own --threads shards, one view; a file is read alone.");
 }
 
-/// `sonde schema [--json]`: the flow record's fields (JSON key, kind, unit, group, IPFIX
-/// element, history), as Markdown or as `/api/v1/schema` answers.
-pub(crate) fn schema_command(option: Option<&str>, arg: Option<&str>) -> ExitCode {
-    match option {
-        None => print!("{}", sonde_export::schema::markdown()),
-        Some("--json") => println!("{:#}", sonde_export::schema::json()),
-        Some("--clickhouse") => {
+/// `sonde schema [--json | --clickhouse [DB] [--kafka BROKERS/TOPIC]]`: the flow record's
+/// fields (JSON key, kind, unit, group, IPFIX element, history) as Markdown or as
+/// `/api/v1/schema` answers, or the ClickHouse statements of `--export clickhouse://…/DB`
+/// (with `--kafka`, also the Kafka engine table and view that read sonde's topic).
+pub(crate) fn schema_command(args: &[String]) -> ExitCode {
+    let a: Vec<&str> = args.iter().map(String::as_str).collect();
+    let usage = "use 'sonde schema' (Markdown), 'sonde schema --json' or 'sonde schema \
+                 --clickhouse [DB] [--kafka BROKER:PORT/TOPIC]'";
+    match a.as_slice() {
+        [] => print!("{}", sonde_export::schema::markdown()),
+        ["--json"] => println!("{:#}", sonde_export::schema::json()),
+        ["--clickhouse", rest @ ..] => {
+            let (db, rest) = match rest {
+                [db, rest @ ..] if !db.starts_with("--") => (*db, rest),
+                _ => ("sonde", rest),
+            };
+            let mut statements = sonde_probe::clickhouse_statements(db);
+            match rest {
+                [] => {}
+                ["--kafka", source] => {
+                    let Some((brokers, topic)) = source.split_once('/') else {
+                        eprintln!("sonde: error: --kafka {source}: give BROKER:PORT[,…]/TOPIC");
+                        return ExitCode::from(2);
+                    };
+                    statements.extend(sonde_probe::clickhouse_kafka_statements(
+                        db,
+                        brokers,
+                        topic,
+                        &format!("sonde-clickhouse-{db}"),
+                    ));
+                }
+                _ => {
+                    eprintln!("sonde: error: schema {}: {usage}", a.join(" "));
+                    return ExitCode::from(2);
+                }
+            }
             // The statements `--export clickhouse://…/DB` runs, for a DBA to read or apply.
-            for st in sonde_probe::clickhouse_statements(arg.unwrap_or("sonde")) {
+            for st in statements {
                 println!("{st};");
             }
         }
-        Some(other) => {
-            eprintln!(
-                "sonde: error: schema {other}: unknown option; use 'sonde schema' (Markdown), \
-                 'sonde schema --json' or 'sonde schema --clickhouse [DB]'"
-            );
+        _ => {
+            eprintln!("sonde: error: schema {}: {usage}", a.join(" "));
             return ExitCode::from(2);
         }
     }

@@ -40,10 +40,7 @@ fn main() -> ExitCode {
     }
     if sub.as_ref().is_some_and(|a| a == "schema") {
         let args: Vec<String> = std::env::args().skip(2).collect();
-        return commands::schema_command(
-            args.first().map(String::as_str),
-            args.get(1).map(String::as_str),
-        );
+        return commands::schema_command(&args);
     }
     if sub
         .as_ref()
