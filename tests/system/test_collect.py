@@ -16,6 +16,7 @@ import collections
 import json
 import re
 import shutil
+import signal
 import socket
 import struct
 import subprocess
@@ -335,3 +336,41 @@ def test_a_file_is_read_alone(sonde_bin, corpus):
     assert p.returncode != 0
     assert p.stderr.startswith("sonde: error: -r FILE is read alone"), p.stderr
     assert len(p.stderr.strip().splitlines()) == 1, p.stderr
+
+
+def test_sink_counters_in_metrics_while_running(sonde_bin, corpus, workdir):
+    """While a collecting sonde runs, /metrics shows each flow sink's counters: the records
+    offered to its queue and written, none dropped, for a flows file fed by collected flows
+    that time out (idle timeout 1 s)."""
+    import urllib.request
+    from conftest import free_port
+    port, http = _free_udp_port(), free_port()
+    flows = workdir / "live-sink.jsonl"
+    upper = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"udp://127.0.0.1:{port}", "--http", f"127.0.0.1:{http}",
+         "--no-auth", "--flows-out", str(flows), "--idle-timeout", "1", "--active-timeout", "1",
+         "--duration", "30", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(0.5)
+        low = subprocess.run([str(sonde_bin), "-r", str(corpus / "http_ipv6.pcap"), "--export",
+                              f"netflow9://127.0.0.1:{port}", "-q"],
+                             capture_output=True, text=True, timeout=60)
+        assert low.returncode == 0, low.stderr
+        name = f"flows file '{flows}'"
+        deadline, metrics = time.time() + 20, {}
+        while time.time() < deadline:
+            text = urllib.request.urlopen(f"http://127.0.0.1:{http}/metrics", timeout=10).read().decode()
+            metrics = {m.group(1): int(m.group(2)) for m in re.finditer(
+                r'^sonde_(sink_\w+)\{sink="(?:[^"\\]|\\.)*"\} (\d+)$', text, re.M)}
+            if metrics.get("sink_written_records_total", 0) > 0:
+                break
+            time.sleep(0.5)
+        assert f'sink="{name}"' in text
+        assert metrics["sink_written_records_total"] > 0, text
+        assert metrics["sink_offered_records_total"] == metrics["sink_written_records_total"]
+        assert metrics["sink_queue_dropped_records_total"] == 0
+        assert metrics["sink_dropped_total"] == 0 and metrics["sink_failed"] == 0
+    finally:
+        upper.send_signal(signal.SIGINT)
+        upper.communicate(timeout=60)

@@ -654,6 +654,10 @@ impl RecordSink for ClickHouseSink {
         Ok(())
     }
 
+    fn dropped(&self) -> u64 {
+        self.report.dropped
+    }
+
     fn finish(&mut self) -> io::Result<SinkReport> {
         self.send();
         if let Some(e) = &self.last_error {

@@ -270,6 +270,10 @@ impl RecordSink for KafkaSink {
         Ok(())
     }
 
+    fn dropped(&self) -> u64 {
+        self.deliveries.failed.load(Ordering::Relaxed)
+    }
+
     fn finish(&mut self) -> io::Result<SinkReport> {
         let started = Instant::now();
         let flushed = self.producer.flush(FLUSH_TIMEOUT);

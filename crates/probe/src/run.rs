@@ -115,6 +115,7 @@ pub struct Probe {
     dns: Option<Arc<DnsCache>>,
     analytics: Option<JoinHandle<Result<crate::AnalyticsReport, String>>>,
     analytics_view: Option<crate::AnalyticsView>,
+    sink_live: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
 }
 
 impl Probe {
@@ -137,6 +138,7 @@ impl Probe {
     pub fn view(&self) -> ProbeView {
         ProbeView {
             shared: self.shared.clone(),
+            sinks: self.sink_live.clone(),
             started: self.started,
             dns: self.dns.clone(),
             analytics: self.analytics_view.clone(),
@@ -300,12 +302,18 @@ impl Probe {
 #[derive(Clone)]
 pub struct ProbeView {
     shared: Vec<Arc<Shared>>,
+    sinks: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
     started: Instant,
     dns: Option<Arc<DnsCache>>,
     analytics: Option<crate::AnalyticsView>,
 }
 
 impl ProbeView {
+    /// Every flow sink's counters while it runs.
+    pub fn sinks(&self) -> &[Arc<crate::sink_queue::SinkLive>] {
+        &self.sinks
+    }
+
     /// Filter-sets, top-N and anomaly lists, detections (None with analytics off).
     pub fn analytics(&self) -> Option<&crate::AnalyticsView> {
         self.analytics.as_ref()
@@ -545,6 +553,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         let sink = (plan.make)().map_err(ProbeError::Config)?;
         sinks.push(QueuedSink::start(sink, plan.queue).map_err(queue_error)?);
     }
+    let sink_live: Arc<Vec<Arc<crate::sink_queue::SinkLive>>> =
+        Arc::new(sinks.iter().map(QueuedSink::live).collect());
     let (sink_tx, sink) = if sinks.is_empty() {
         (None, None)
     } else {
@@ -895,6 +905,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         }
     }
     Ok(Probe {
+        sink_live,
         shared,
         stop,
         shards: shard_handles,

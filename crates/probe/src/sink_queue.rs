@@ -7,6 +7,7 @@ use crate::sinks::{QueueOptions, RecordSink, SinkReport, WhenFull};
 use crossbeam_channel::{bounded, RecvTimeoutError, Sender, TrySendError};
 use sonde_flow::FlowRecord;
 use std::io;
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -16,6 +17,19 @@ pub type Batch = Arc<Vec<FlowRecord>>;
 
 type SinkThread = JoinHandle<Result<SinkReport, (String, io::Error)>>;
 
+/// A sink's counters while it runs (`/metrics`): records offered to its queue, dropped there,
+/// written by the sink, and what the destination could not take so far (in the sink's unit,
+/// [`RecordSink::dropped`]); `failed` once the sink has stopped on an error.
+#[derive(Debug, Default)]
+pub struct SinkLive {
+    pub name: String,
+    pub offered: AtomicU64,
+    pub queue_dropped: AtomicU64,
+    pub written: AtomicU64,
+    pub dropped: AtomicU64,
+    pub failed: AtomicBool,
+}
+
 pub struct QueuedSink {
     name: String,
     options: QueueOptions,
@@ -23,6 +37,7 @@ pub struct QueuedSink {
     thread: Option<SinkThread>,
     offered: u64,
     queue_dropped: u64,
+    live: Arc<SinkLive>,
 }
 
 impl QueuedSink {
@@ -30,19 +45,36 @@ impl QueuedSink {
     /// second without one, and `finish` once the queue is closed and empty.
     pub fn start(mut sink: Box<dyn RecordSink>, options: QueueOptions) -> io::Result<QueuedSink> {
         let name = sink.name();
+        let live = Arc::new(SinkLive {
+            name: name.clone(),
+            ..SinkLive::default()
+        });
         let (tx, rx) = bounded::<Batch>(options.batches.max(1));
+        let counters = live.clone();
         let thread = std::thread::Builder::new().name("sink".into()).spawn(
             move || -> Result<SinkReport, (String, io::Error)> {
+                let fail = |sink: &dyn RecordSink, e: io::Error| {
+                    counters.failed.store(true, Ordering::Relaxed);
+                    (sink.name(), e)
+                };
                 loop {
                     match rx.recv_timeout(Duration::from_secs(1)) {
-                        Ok(batch) => sink.write(&batch).map_err(|e| (sink.name(), e))?,
+                        Ok(batch) => {
+                            sink.write(&batch).map_err(|e| fail(&*sink, e))?;
+                            counters
+                                .written
+                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                        }
                         Err(RecvTimeoutError::Timeout) => {
-                            sink.idle().map_err(|e| (sink.name(), e))?
+                            sink.idle().map_err(|e| fail(&*sink, e))?
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
+                    counters.dropped.store(sink.dropped(), Ordering::Relaxed);
                 }
-                sink.finish().map_err(|e| (sink.name(), e))
+                let report = sink.finish().map_err(|e| fail(&*sink, e))?;
+                counters.dropped.store(report.dropped, Ordering::Relaxed);
+                Ok(report)
             },
         )?;
         Ok(QueuedSink {
@@ -52,7 +84,13 @@ impl QueuedSink {
             thread: Some(thread),
             offered: 0,
             queue_dropped: 0,
+            live,
         })
+    }
+
+    /// The sink's counters while it runs.
+    pub fn live(&self) -> Arc<SinkLive> {
+        self.live.clone()
     }
 
     /// Hands a batch to the sink's queue: waits when it is full (`block`), or drops the batch
@@ -60,6 +98,15 @@ impl QueuedSink {
     /// counted as dropped and its error comes out of [`QueuedSink::finish`].
     pub fn offer(&mut self, batch: &Batch) {
         let n = batch.len() as u64;
+        let before = self.queue_dropped;
+        self.offer_counted(batch, n);
+        self.live.offered.fetch_add(n, Ordering::Relaxed);
+        self.live
+            .queue_dropped
+            .fetch_add(self.queue_dropped - before, Ordering::Relaxed);
+    }
+
+    fn offer_counted(&mut self, batch: &Batch, n: u64) {
         self.offered += n;
         let Some(tx) = &self.tx else {
             self.queue_dropped += n;

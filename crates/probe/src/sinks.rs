@@ -22,6 +22,11 @@ pub trait RecordSink: Send {
         Ok(())
     }
     fn finish(&mut self) -> io::Result<SinkReport>;
+    /// What the destination could not take so far, in the unit of [`SinkReport::dropped`]
+    /// (for `/metrics` while the sink runs; the report at the end is the final word).
+    fn dropped(&self) -> u64 {
+        0
+    }
 }
 
 /// What a sink delivered.

@@ -368,11 +368,41 @@ fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
 }
 
 fn run(sink: Box<dyn RecordSink>, q: QueueOptions, b: &[Batch]) -> SinkReport {
+    use std::sync::atomic::Ordering::Relaxed;
     let mut queued = QueuedSink::start(sink, q).unwrap();
+    let live = queued.live();
     for batch in b {
         queued.offer(batch);
     }
-    queued.finish().unwrap()
+    let report = queued.finish().unwrap();
+    // The counters `/metrics` shows while the sink runs end equal to its report.
+    assert_eq!(live.name, report.name);
+    assert_eq!(
+        live.offered.load(Relaxed),
+        report.offered,
+        "{}",
+        report.name
+    );
+    assert_eq!(
+        live.queue_dropped.load(Relaxed),
+        report.queue_dropped,
+        "{}",
+        report.name
+    );
+    assert_eq!(
+        live.written.load(Relaxed),
+        report.records,
+        "{}",
+        report.name
+    );
+    assert_eq!(
+        live.dropped.load(Relaxed),
+        report.dropped,
+        "{}",
+        report.name
+    );
+    assert!(!live.failed.load(Relaxed));
+    report
 }
 
 fn check(kind: &str, report: &SinkReport, got: &[u16], offered: u64) {

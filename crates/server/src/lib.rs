@@ -1037,10 +1037,45 @@ async fn metrics(State(s): Shared) -> Response {
          # TYPE sonde_interface_dropped_total counter\nsonde_interface_dropped_total {}",
         d.dropped, d.if_dropped
     );
+    sink_metrics(&mut out, s.view.sinks());
     if let Some(a) = s.view.analytics() {
         analytics::metrics(&mut out, a);
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
+}
+
+/// Every flow sink's counters while it runs, labelled by the sink's name (a URL or a path:
+/// quotes and backslashes escaped as the exposition format asks).
+fn sink_metrics(out: &mut String, sinks: &[std::sync::Arc<sonde_probe::sink_queue::SinkLive>]) {
+    use std::fmt::Write;
+    use std::sync::atomic::Ordering::Relaxed;
+    let label = |n: &str| {
+        n.replace('\\', "\\\\")
+            .replace('"', "\\\"")
+            .replace('\n', " ")
+    };
+    type Get = fn(&sonde_probe::sink_queue::SinkLive) -> u64;
+    let families: [(&str, &str, &str, Get); 5] = [
+        ("sink_offered_records_total", "counter", "Records offered to the sink's queue.", |l| l.offered.load(Relaxed)),
+        ("sink_queue_dropped_records_total", "counter", "Records dropped because the sink's queue was full or the sink had failed.", |l| l.queue_dropped.load(Relaxed)),
+        ("sink_written_records_total", "counter", "Records the sink took.", |l| l.written.load(Relaxed)),
+        ("sink_dropped_total", "counter", "What the destination could not take (failed deliveries, rows not stored), in the sink's unit.", |l| l.dropped.load(Relaxed)),
+        ("sink_failed", "gauge", "1 when the sink stopped on an error.", |l| l.failed.load(Relaxed) as u64),
+    ];
+    for (name, kind, help, get) in families {
+        let _ = writeln!(
+            out,
+            "# HELP sonde_{name} {help}\n# TYPE sonde_{name} {kind}"
+        );
+        for l in sinks {
+            let _ = writeln!(
+                out,
+                "sonde_{name}{{sink=\"{}\"}} {}",
+                label(&l.name),
+                get(l)
+            );
+        }
+    }
 }
 
 #[cfg(test)]
