@@ -10,6 +10,8 @@
 # (tests/servers/kafka/pom.xml, into target/servers/kafka/lib); needs java (17+) and mvn
 # (scripts/setup-test-deps.sh installs them).
 #
+# Run again on the same DIR, it restarts that broker (same ports, same data).
+#
 # Usage: scripts/kafka-server.sh DIR [PARTITIONS]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
@@ -27,6 +29,8 @@ fi
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+# A new broker's configuration and storage, on free ports.
+create() {
 PORT=$(free_port)
 CONTROLLER=$(free_port)
 while [ "$CONTROLLER" = "$PORT" ]; do CONTROLLER=$(free_port); done
@@ -52,12 +56,20 @@ group.initial.rebalance.delay.ms=0
 auto.create.topics.enable=true
 EOF
 
-CP="$LIB/*"
 ID=$(java -cp "$CP" kafka.tools.StorageTool random-uuid 2>/dev/null | tail -1)
 java -cp "$CP" kafka.tools.StorageTool format -t "$ID" -c "$DIR/server.properties" --standalone \
     >"$DIR/format.log" 2>&1
+}
+
+CP="$LIB/*"
+if [ -f "$DIR/server.properties" ]; then
+    # A restart: the same ports and data (a test stopping the broker mid-run).
+    PORT=$(sed -n 's/^listeners=PLAINTEXT:\/\/127.0.0.1:\([0-9]*\),.*/\1/p' "$DIR/server.properties")
+else
+    create
+fi
 nohup java -Xmx512m -cp "$CP" kafka.Kafka "$DIR/server.properties" \
-    >"$DIR/kafka.log" 2>&1 </dev/null &
+    >>"$DIR/kafka.log" 2>&1 </dev/null &
 PID=$!
 
 # Ready when the broker accepts connections (it listens once it has started; its log stays
