@@ -6,7 +6,8 @@
 #   HTTP=127.0.0.1:PORT PID=PID
 #
 # The caller stops it with `kill PID`; with CLICKHOUSE_PARENT_PID set, it is also stopped when
-# that process ends. Usage: scripts/clickhouse-server.sh DIR
+# that process ends. Run again on the same DIR, it restarts that server (same ports, same data).
+# Usage: scripts/clickhouse-server.sh DIR
 set -euo pipefail
 DIR=${1:?usage: scripts/clickhouse-server.sh DIR}
 command -v clickhouse-server >/dev/null ||
@@ -15,6 +16,8 @@ command -v clickhouse-server >/dev/null ||
 free_port() {
     python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])'
 }
+# A new server's configuration, on free ports.
+create() {
 HTTP=$(free_port)
 TCP=$(free_port)
 INTER=$(free_port)
@@ -54,7 +57,16 @@ cat > "$DIR/config.xml" <<EOF
   <kafka><auto_offset_reset>earliest</auto_offset_reset></kafka>
 </yandex>
 EOF
-nohup clickhouse-server --config-file="$DIR/config.xml" >"$DIR/log/stdout.log" 2>&1 </dev/null &
+}
+
+if [ -f "$DIR/config.xml" ]; then
+    # A restart: the same ports and data (a test stopping the server mid-run).
+    DIR=$(cd "$DIR" && pwd)
+    HTTP=$(sed -n 's/.*<http_port>\([0-9]*\)<.*/\1/p' "$DIR/config.xml")
+else
+    create
+fi
+nohup clickhouse-server --config-file="$DIR/config.xml" >>"$DIR/log/stdout.log" 2>&1 </dev/null &
 PID=$!
 for _ in $(seq 1 150); do
     if ! kill -0 "$PID" 2>/dev/null; then

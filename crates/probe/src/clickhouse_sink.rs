@@ -11,7 +11,9 @@
 //! shows them), metadata two parallel arrays of keys and values. Retention (`?retention_days=N`)
 //! is a table TTL where the server has TTL (19.6 and later), else sonde drops the day partitions
 //! older than that at start and every hour. `sonde_schema` records the applied version, so a
-//! later sonde migrates an existing database instead of failing on it.
+//! later sonde migrates an existing database instead of failing on it. While the server refuses
+//! (away, restarting), rows stay buffered and are tried again, 1 s then doubling to 30 s apart,
+//! up to a million rows; past that they are dropped and counted.
 
 use crate::sinks::{RecordSink, SinkReport};
 use sonde_dpi::meta::{Value, FIELDS as META_FIELDS};
@@ -21,8 +23,14 @@ use std::time::{Duration, Instant};
 
 /// Rows per INSERT at most (a batch is also sent after a second without records).
 const MAX_ROWS: usize = 100_000;
-/// Tries of one INSERT before its rows are counted as dropped.
-const TRIES: u32 = 3;
+/// Rows kept while the server does not take them (it is away, restarting): beyond that they
+/// are dropped and counted, so an outage costs bounded memory.
+const MAX_BUFFERED_ROWS: usize = 1_000_000;
+/// Waits between tries while the server refuses: doubling from the first to the last.
+const FIRST_RETRY: Duration = Duration::from_secs(1);
+const LAST_RETRY: Duration = Duration::from_secs(30);
+/// How long the end of a run waits for the server to take what is buffered.
+const FINISH_TIMEOUT: Duration = Duration::from_secs(30);
 
 /// A parsed `clickhouse://HOST:PORT/DB[?retention_days=N&user=U&password=P]`.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -335,6 +343,9 @@ pub struct ClickHouseSink {
     has_ttl: bool,
     last_retention: Instant,
     last_error: Option<String>,
+    /// While the server refuses: when to try again, and the wait after that.
+    retry_at: Option<Instant>,
+    backoff: Duration,
 }
 
 /// The server's answer to a statement, or why there is none.
@@ -458,6 +469,8 @@ impl ClickHouseSink {
             has_ttl,
             last_retention: Instant::now(),
             last_error: None,
+            retry_at: None,
+            backoff: FIRST_RETRY,
         };
         sink.enforce_retention()
             .map_err(|e| format!("--export {}: retention: {e}", sink.target.text))?;
@@ -493,35 +506,39 @@ impl ClickHouseSink {
         Ok(())
     }
 
-    fn send(&mut self) {
-        if self.pending == 0 {
+    /// Sends what is buffered as one INSERT, unless the server refused lately and its next try
+    /// is not due (`force` tries anyway). On a refusal the rows stay buffered for the next try;
+    /// past [`MAX_BUFFERED_ROWS`] they are dropped and counted.
+    fn send(&mut self, force: bool) {
+        if self.pending == 0 || (!force && self.retry_at.is_some_and(|t| Instant::now() < t)) {
             return;
         }
         let query = format!("INSERT INTO {}.flows FORMAT RowBinary", self.target.db);
-        let mut wait = Duration::from_millis(500);
-        let mut result = Err(String::new());
-        for attempt in 0..TRIES {
-            if attempt > 0 {
-                std::thread::sleep(wait);
-                wait *= 2;
-            }
-            result = post(&self.agent, &self.target, &query, &self.rows);
-            if result.is_ok() {
-                break;
-            }
-        }
-        match result {
+        match post(&self.agent, &self.target, &query, &self.rows) {
             Ok(_) => {
                 self.report.records += self.pending as u64;
                 self.report.messages += 1;
+                self.rows.clear();
+                self.pending = 0;
+                self.retry_at = None;
+                self.backoff = FIRST_RETRY;
             }
             Err(e) => {
-                self.report.dropped += self.pending as u64;
                 self.last_error = Some(e);
+                self.retry_at = Some(Instant::now() + self.backoff);
+                self.backoff = (self.backoff * 2).min(LAST_RETRY);
+                self.drop_if_full();
             }
         }
-        self.rows.clear();
-        self.pending = 0;
+    }
+
+    /// Bounds what an outage keeps: at [`MAX_BUFFERED_ROWS`], the buffered rows are dropped.
+    fn drop_if_full(&mut self) {
+        if self.pending >= MAX_BUFFERED_ROWS {
+            self.report.dropped += self.pending as u64;
+            self.rows.clear();
+            self.pending = 0;
+        }
     }
 }
 
@@ -637,15 +654,16 @@ impl RecordSink for ClickHouseSink {
         for r in batch {
             row_binary(r, &mut self.rows);
             self.pending += 1;
-            if self.pending >= MAX_ROWS {
-                self.send();
+            if self.pending.is_multiple_of(MAX_ROWS) {
+                self.send(false);
+                self.drop_if_full();
             }
         }
         Ok(())
     }
 
     fn idle(&mut self) -> io::Result<()> {
-        self.send();
+        self.send(false);
         if self.last_retention.elapsed() >= Duration::from_secs(3600) {
             if let Err(e) = self.enforce_retention() {
                 self.last_error = Some(e);
@@ -659,7 +677,15 @@ impl RecordSink for ClickHouseSink {
     }
 
     fn finish(&mut self) -> io::Result<SinkReport> {
-        self.send();
+        // What is buffered gets until FINISH_TIMEOUT for the server to take it.
+        let deadline = Instant::now() + FINISH_TIMEOUT;
+        self.send(true);
+        while self.pending > 0 && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(500));
+            self.send(true);
+        }
+        self.report.dropped += self.pending as u64;
+        self.pending = 0;
         if let Some(e) = &self.last_error {
             eprintln!(
                 "sonde: warning: {}: {} records not stored, the last error: {e}",
