@@ -165,7 +165,9 @@ impl KafkaSink {
             .set("linger.ms", "20")
             .set("batch.num.messages", "10000")
             .set("queue.buffering.max.messages", "200000")
-            .set("message.timeout.ms", "30000")
+            // A broker away for up to 5 minutes (a restart, a failover) loses nothing: the
+            // records wait, up to the queue's bound.
+            .set("message.timeout.ms", "300000")
             .set("enable.idempotence", "true")
             .create_with_context(Context(deliveries.clone()))
             .map_err(|e| format!("--export {}: {e}", target.text))?;
