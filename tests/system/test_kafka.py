@@ -227,3 +227,52 @@ def test_a_broker_outage_loses_nothing(sonde_bin, corpus, tmp_path):
         assert len(written) > 100, "both captures' flows went through"
     finally:
         os.kill(int(pid), signal.SIGTERM)
+
+
+def _committed(bootstrap: str, group: str, topic: str) -> int:
+    """The offsets a consumer group has committed on `topic`, summed over its partitions
+    (Kafka's own ConsumerGroupCommand)."""
+    lib = REPO / "target" / "servers" / "kafka" / "lib"
+    out = subprocess.run(["java", "-cp", f"{lib}/*",
+                          "org.apache.kafka.tools.consumer.group.ConsumerGroupCommand",
+                          "--bootstrap-server", bootstrap, "--describe", "--group", group],
+                         capture_output=True, text=True, timeout=120)
+    total = 0
+    for line in out.stdout.splitlines():
+        cols = line.split()
+        if len(cols) >= 4 and cols[1] == topic and cols[3].isdigit():
+            total += int(cols[3])
+    return total
+
+
+def test_a_killed_consumer_replays_what_it_had_not_committed(kafka, sonde_bin, sonde, corpus,
+                                                            tmp_path):
+    """A collecting sonde killed with SIGKILL while reading a topic loses nothing: started again
+    in the same group, it reads again every message whose offset its group had not committed
+    (the records died with it in memory), and commits them."""
+    import time
+    topic = "replay"
+    out = tmp_path / "sent.jsonl"
+    p = sonde("-r", corpus / PCAP, "--export", f"kafka://{kafka}/{topic}", "--flows-out", out,
+              *ARGS)
+    assert p.returncode == 0, p.stderr
+    sent = len(oracle.load_jsonl(str(out)))
+    url = f"kafka://{kafka}/{topic}?group=killed"
+    # The first consumer commits only after an hour: killed before that, it has read the topic
+    # and committed nothing.
+    first = subprocess.Popen([str(sonde_bin), "--collect", url + "&commit_interval=3600", *ARGS],
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                             stdin=subprocess.DEVNULL)
+    time.sleep(6)
+    assert first.poll() is None, "the consumer was running"
+    first.kill()
+    first.wait()
+    committed = _committed(kafka, "killed", topic)
+    assert committed == 0
+    stats = tmp_path / "second.json"
+    # The killed member's partitions come back to the group after its session timeout (10 s).
+    p = sonde("--collect", url, "--duration", "20", "--stats-json", stats, *ARGS, timeout=120)
+    assert p.returncode == 0, p.stderr
+    again = json.loads(stats.read_text())["collected"]["records"]
+    assert again == sent, "everything the killed consumer had read is read again"
+    assert _committed(kafka, "killed", topic) == sent

@@ -24,6 +24,9 @@ pub struct KafkaSource {
     /// The consumer group (default `sonde`): consumers of one group share the partitions.
     pub group: String,
     pub format: KafkaFormat,
+    /// How often the offsets of handed-over records are committed (`commit_interval=SECONDS`,
+    /// default 1): what a killed consumer reads again is at most this much.
+    pub commit_every: Duration,
     pub text: String,
 }
 
@@ -50,6 +53,7 @@ impl KafkaSource {
             topic: topic.to_string(),
             group: "sonde".into(),
             format: KafkaFormat::Json,
+            commit_every: Duration::from_secs(1),
             text: s.to_string(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -60,10 +64,20 @@ impl KafkaSource {
                 ("format", v) => {
                     return Err(format!("--collect '{s}': format={v}: use json or protobuf"))
                 }
+                ("commit_interval", v) => {
+                    src.commit_every = v
+                        .parse::<f64>()
+                        .ok()
+                        .filter(|x| *x > 0.0 && x.is_finite())
+                        .map(Duration::from_secs_f64)
+                        .ok_or_else(|| {
+                            format!("--collect '{s}': commit_interval={v}: give seconds, e.g. 1")
+                        })?
+                }
                 (k, _) => {
                     return Err(format!(
-                        "--collect '{s}': unknown option '{k}' (the options are group=NAME and \
-                         format=json|protobuf)"
+                        "--collect '{s}': unknown option '{k}' (the options are group=NAME, \
+                         format=json|protobuf and commit_interval=SECONDS)"
                     ))
                 }
             }
@@ -78,6 +92,9 @@ impl KafkaSource {
             .set("group.id", &self.group)
             .set("enable.auto.commit", "false")
             .set("auto.offset.reset", "earliest")
+            // A consumer that died (killed, its machine gone) gives its partitions up to the
+            // group's others after 10 s rather than librdkafka's 45.
+            .set("session.timeout.ms", "10000")
             .set("allow.auto.create.topics", "true")
             .create()
             .map_err(|e| format!("--collect {}: {e}", self.text))?;
@@ -98,6 +115,7 @@ impl KafkaSource {
 pub(crate) fn run_kafka(
     consumer: BaseConsumer,
     format: KafkaFormat,
+    commit_every: Duration,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
@@ -138,7 +156,7 @@ pub(crate) fn run_kafka(
             }
             None => out.flush(),
         }
-        if uncommitted && last_commit.elapsed() >= Duration::from_secs(1) {
+        if uncommitted && last_commit.elapsed() >= commit_every {
             commit(&mut out, CommitMode::Async);
             uncommitted = false;
             last_commit = Instant::now();

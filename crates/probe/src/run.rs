@@ -840,12 +840,17 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     let h = match src {
                         CollectSource::Kafka(k) => {
                             let consumer = k.connect().map_err(ProbeError::Config)?;
-                            let format = k.format;
+                            let (format, commit_every) = (k.format, k.commit_every);
                             std::thread::Builder::new()
                                 .name("collect-kafka".into())
                                 .spawn(move || {
                                     crate::kafka_source::run_kafka(
-                                        consumer, format, out, stop, counters,
+                                        consumer,
+                                        format,
+                                        commit_every,
+                                        out,
+                                        stop,
+                                        counters,
                                     )
                                 })
                         }
