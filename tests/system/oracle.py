@@ -658,3 +658,17 @@ def ipv4_endpoints(pcap: str) -> Dict[str, Tuple[int, int]]:
         if m:
             eps[m.group(1)] = (int(m.group(4)), int(m.group(6)))
     return eps
+
+
+def record_directions(records) -> "collections.Counter":
+    """Packets and bytes per direction (proto, from, to) of flow records (JSON, nProbe keys):
+    the same traffic gives the same counter whatever flows it was cut into."""
+    import collections
+    c = collections.Counter()
+    for r in records:
+        proto, a, b = record_endpoints(r)
+        c[(proto, a, b, "pkts")] += int(r["IN_PKTS"])
+        c[(proto, a, b, "bytes")] += int(r["IN_BYTES"])
+        c[(proto, b, a, "pkts")] += int(r["OUT_PKTS"])
+        c[(proto, b, a, "bytes")] += int(r["OUT_BYTES"])
+    return +c

@@ -289,17 +289,10 @@ def test_ipfix_over_tcp_between_two_sondes(sonde_bin, corpus, workdir):
                     str(flows), "--stats-json", str(stats)],
         corpus / "http_ipv6.pcap", f"ipfix+tcp://127.0.0.1:{port}", low_flows)
 
-    def directed(records):
-        c = collections.Counter()
-        for r in records:
-            proto, a, b = oracle.record_endpoints(r)
-            c[(proto, a, b)] += int(r["IN_PKTS"]) * 1_000_000 + int(r["IN_BYTES"])
-            c[(proto, b, a)] += int(r["OUT_PKTS"]) * 1_000_000 + int(r["OUT_BYTES"])
-        return +c
 
     lower = oracle.load_jsonl(str(low_flows))
     assert lower
-    assert directed(oracle.load_jsonl(str(flows))) == directed(lower)
+    assert oracle.record_directions(oracle.load_jsonl(str(flows))) == oracle.record_directions(lower)
     s = json.loads(stats.read_text())
     assert s["collected"]["errors"] == 0 and s["exporters"], s
 

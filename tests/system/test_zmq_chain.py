@@ -22,15 +22,6 @@ def _free_tcp_port() -> int:
     return port
 
 
-def _directed(records):
-    c = collections.Counter()
-    for r in records:
-        proto, a, b = oracle.record_endpoints(r)
-        c[(proto, a, b, "pkts")] += int(r["IN_PKTS"])
-        c[(proto, a, b, "bytes")] += int(r["IN_BYTES"])
-        c[(proto, b, a, "pkts")] += int(r["OUT_PKTS"])
-        c[(proto, b, a, "bytes")] += int(r["OUT_BYTES"])
-    return +c
 
 
 def test_upper_instance_shows_lower_instances_flows(sonde_bin, corpus, workdir):
@@ -57,7 +48,7 @@ def test_upper_instance_shows_lower_instances_flows(sonde_bin, corpus, workdir):
     lower = oracle.load_jsonl(str(low_flows))
     collected = oracle.load_jsonl(str(up_flows))
     assert lower, "the lower instance exported nothing"
-    assert _directed(collected) == _directed(lower), "the upper instance's flows differ"
+    assert oracle.record_directions(collected) == oracle.record_directions(lower), "the upper instance's flows differ"
     labels = lambda rs: collections.Counter(r.get("L7_PROTO_NAME") for r in rs)  # noqa: E731
     assert labels(collected) == labels(lower)
     stats = json.loads(up_stats.read_text())

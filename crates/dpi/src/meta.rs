@@ -263,6 +263,21 @@ pub const FIELDS: &[Field] = &[
     f("L7_BANNER", 2, "l7", WireText, "", "first banner line of a text protocol", |m| text(&m.banner), |m, v| store(as_text(v), |s| m.banner = Some(s))),
 ];
 
+/// Every metadata field a flow has, then its uninterpreted extra pairs, as (key, text):
+/// numbers in decimal, lists comma-joined. For the outputs whose metadata is text (protobuf's
+/// map, ClickHouse's arrays).
+pub fn text_pairs(m: &Meta) -> impl Iterator<Item = (&str, String)> {
+    let fields = FIELDS.iter().filter_map(move |f| {
+        let text = match (f.get)(m)? {
+            Value::Text(t) => t.to_string(),
+            Value::Number(n) => n.to_string(),
+            Value::List(l) => l.join(","),
+        };
+        Some((f.key, text))
+    });
+    fields.chain(m.extra.iter().map(|(k, v)| (k.as_str(), v.clone())))
+}
+
 /// The field of a JSON key.
 pub fn field(key: &str) -> Option<&'static Field> {
     FIELDS.iter().find(|f| f.key == key)

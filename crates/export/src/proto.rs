@@ -4,7 +4,6 @@
 //! struct below is that file's message for prost; a system test decodes sonde's messages with
 //! `protoc --decode` against the file, so the two cannot drift apart unseen.
 
-use sonde_dpi::meta::{Value, FIELDS as META_FIELDS};
 use sonde_flow::FlowRecord;
 use sonde_flowproto::CollectedFlow;
 use std::collections::BTreeMap;
@@ -109,17 +108,9 @@ pub fn message(r: &FlowRecord) -> FlowMessage {
     };
     let mut meta = BTreeMap::new();
     if let Some(m) = r.meta.as_deref() {
-        for fld in META_FIELDS {
-            let v = match (fld.get)(m) {
-                None => continue,
-                Some(Value::Text(t)) => t.to_string(),
-                Some(Value::Number(n)) => n.to_string(),
-                Some(Value::List(l)) => l.join(","),
-            };
-            meta.insert(fld.key.to_string(), v);
-        }
-        for (k, v) in &m.extra {
-            meta.entry(k.clone()).or_insert_with(|| v.clone());
+        // The record's own fields win over a producer's extra pair of the same name.
+        for (k, v) in sonde_dpi::meta::text_pairs(m) {
+            meta.entry(k.to_string()).or_insert(v);
         }
     }
     FlowMessage {
@@ -235,6 +226,7 @@ pub fn decode(bytes: &[u8]) -> Result<CollectedFlow, ProtoError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use sonde_dpi::meta::Value;
     use sonde_flow::{EndReason, Flow, FlowKey};
 
     fn record() -> FlowRecord {

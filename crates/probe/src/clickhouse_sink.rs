@@ -16,7 +16,6 @@
 //! up to a million rows; past that they are dropped and counted.
 
 use crate::sinks::{RecordSink, SinkReport};
-use sonde_dpi::meta::{Value, FIELDS as META_FIELDS};
 use sonde_flow::FlowRecord;
 use std::io::{self, Read};
 use std::time::{Duration, Instant};
@@ -621,20 +620,11 @@ pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
         out.extend_from_slice(&n.to_le_bytes());
     }
     // Metadata: the keys, then the values (numbers in decimal, lists comma-joined).
-    let mut pairs: Vec<(&str, String)> = Vec::new();
-    if let Some(m) = r.meta.as_deref() {
-        for fld in META_FIELDS {
-            match (fld.get)(m) {
-                None => {}
-                Some(Value::Text(t)) => pairs.push((fld.key, t.to_string())),
-                Some(Value::Number(n)) => pairs.push((fld.key, n.to_string())),
-                Some(Value::List(l)) => pairs.push((fld.key, l.join(","))),
-            }
-        }
-        for (k, v) in &m.extra {
-            pairs.push((k, v.clone()));
-        }
-    }
+    let pairs: Vec<(&str, String)> = r
+        .meta
+        .as_deref()
+        .map(|m| sonde_dpi::meta::text_pairs(m).collect())
+        .unwrap_or_default();
     put_leb(out, pairs.len() as u64);
     for (k, _) in &pairs {
         put_str(out, k);
