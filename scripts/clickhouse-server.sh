@@ -3,7 +3,10 @@
 # data under DIR and free ports. Prints one line once it answers /ping, then returns (the
 # server keeps running):
 #
-#   HTTP=127.0.0.1:PORT PID=PID
+#   HTTP=127.0.0.1:PORT PID=PID TCP=127.0.0.1:PORT
+#
+# With CLICKHOUSE_CLUSTER="HOST:TCPPORT,…" the server knows a cluster `sonde_test` of those
+# shards (one replica each; `self` is this server), for Distributed tables.
 #
 # The caller stops it with `kill PID`; with CLICKHOUSE_PARENT_PID set, it is also stopped when
 # that process ends. Run again on the same DIR, it restarts that server (same ports, same data).
@@ -55,14 +58,29 @@ cat > "$DIR/config.xml" <<EOF
   <mark_cache_size>53687091</mark_cache_size>
   <!-- Kafka engine tables of a new consumer group read their topic from the start. -->
   <kafka><auto_offset_reset>earliest</auto_offset_reset></kafka>
+  $(cluster)
 </yandex>
 EOF
+}
+
+# The cluster of CLICKHOUSE_CLUSTER, if set.
+cluster() {
+    [ -n "${CLICKHOUSE_CLUSTER:-}" ] || return 0
+    local s host port
+    printf '<remote_servers><sonde_test>'
+    for s in ${CLICKHOUSE_CLUSTER//,/ }; do
+        [ "$s" = self ] && s=127.0.0.1:$TCP
+        host=${s%:*} port=${s##*:}
+        printf '<shard><replica><host>%s</host><port>%s</port></replica></shard>' "$host" "$port"
+    done
+    printf '</sonde_test></remote_servers>'
 }
 
 if [ -f "$DIR/config.xml" ]; then
     # A restart: the same ports and data (a test stopping the server mid-run).
     DIR=$(cd "$DIR" && pwd)
     HTTP=$(sed -n 's/.*<http_port>\([0-9]*\)<.*/\1/p' "$DIR/config.xml")
+    TCP=$(sed -n 's/.*<tcp_port>\([0-9]*\)<.*/\1/p' "$DIR/config.xml")
 else
     create
 fi
@@ -79,7 +97,7 @@ for _ in $(seq 1 150); do
             nohup bash -c "while kill -0 $CLICKHOUSE_PARENT_PID 2>/dev/null; do sleep 1; done; kill $PID" \
                 >/dev/null 2>&1 </dev/null &
         fi
-        echo "HTTP=127.0.0.1:$HTTP PID=$PID"
+        echo "HTTP=127.0.0.1:$HTTP PID=$PID TCP=127.0.0.1:$TCP"
         exit 0
     fi
     sleep 0.2

@@ -122,7 +122,7 @@ def test_a_second_run_appends_without_migrating_again(clickhouse, sonde, corpus,
     second = _export(sonde, corpus, workdir, url, "b")
     [[count]] = query(clickhouse, "SELECT count() FROM sonde_t2.flows")
     assert int(count) == len(first) + len(second)
-    assert query(clickhouse, "SELECT version FROM sonde_t2.sonde_schema") == [["1"]]
+    assert query(clickhouse, "SELECT version FROM sonde_t2.sonde_schema") == [["2"]]
 
 
 def test_retention_drops_old_days_on_a_server_without_ttl(clickhouse, sonde, corpus, workdir):
@@ -319,12 +319,16 @@ def test_two_probes_through_kafka_give_one_probes_top_hosts(clickhouse, kafka, s
          f"clickhouse://{clickhouse}/central", "--stats-json", str(stats), *ARGS],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     sent = 0
+    per_probe = {}
     try:
-        for pcap in pcaps:
+        for i, pcap in enumerate(pcaps):
             out = tmp_path / f"{pcap.stem}.jsonl"
-            p = sonde("-r", pcap, "--export", topic, "--flows-out", out, *ARGS)
+            # Each probe names itself (probe=ADDR): its flows carry it as their exporter.
+            p = sonde("-r", pcap, "--export", f"{topic}?probe=10.0.0.{i + 1}", "--flows-out", out,
+                      *ARGS)
             assert p.returncode == 0, p.stderr
-            sent += len(oracle.load_jsonl(str(out)))
+            per_probe[f"10.0.0.{i + 1}"] = oracle.load_jsonl(str(out))
+            sent += len(per_probe[f"10.0.0.{i + 1}"])
         # The central sonde holds its flows until it stops (no idle timeout here) and writes
         # its counters then: give its consumer time to read the topic, then stop it; the
         # records it collected are checked against what was sent.
@@ -348,3 +352,17 @@ def test_two_probes_through_kafka_give_one_probes_top_hosts(clickhouse, kafka, s
     rows = query(clickhouse, "SELECT IPv6NumToString(host) AS h, sum(sent_bytes + rcvd_bytes) AS b "
                              "FROM central.flows_1h_hosts GROUP BY host ORDER BY b DESC, h LIMIT 10")
     assert [(h, int(b)) for h, b in rows] == want
+    # The probes told apart: each one's flows, and its top hosts through --history.
+    rows = query(clickhouse, "SELECT IPv6NumToString(exporter), count() FROM central.flows "
+                             "GROUP BY exporter")
+    assert {e: int(n) for e, n in rows} == {f"::ffff:{a}": len(r) for a, r in per_probe.items()}
+    for probe, records in per_probe.items():
+        per_host = collections.Counter()
+        for r in records:
+            for side in ("SRC", "DST"):
+                per_host[_addr(r, side)] += r["IN_BYTES"] + r["OUT_BYTES"]
+        p = sonde("query", "--history", f"clickhouse://{clickhouse}/central", "hosts",
+                  "--exporter", probe, "--limit", "5", "--format", "jsonl")
+        assert p.returncode == 0, p.stderr
+        got = [(h["HOST"], h["BYTES"]) for h in map(json.loads, p.stdout.splitlines())]
+        assert got == sorted(per_host.items(), key=lambda kv: (-kv[1], kv[0]))[:5], probe

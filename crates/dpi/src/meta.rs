@@ -278,6 +278,25 @@ pub fn text_pairs(m: &Meta) -> impl Iterator<Item = (&str, String)> {
     fields.chain(m.extra.iter().map(|(k, v)| (k.as_str(), v.clone())))
 }
 
+/// The inverse of [`text_pairs`]: sets `key` from its text form (a number in decimal, a list
+/// comma-joined); a key sonde does not know, or a number that does not parse, is kept in
+/// `extra` as it came.
+pub fn set_text(m: &mut Meta, key: &str, text: &str) {
+    let taken = field(key).is_some_and(|f| match f.kind {
+        Kind::WireText => (f.set)(m, Value::Text(text)),
+        Kind::WireList => {
+            let items: Vec<String> = text.split(',').map(str::to_string).collect();
+            (f.set)(m, Value::List(&items))
+        }
+        _ => text
+            .parse::<u64>()
+            .is_ok_and(|n| (f.set)(m, Value::Number(n))),
+    });
+    if !taken {
+        m.extra.push((key.to_string(), text.to_string()));
+    }
+}
+
 /// The field of a JSON key.
 pub fn field(key: &str) -> Option<&'static Field> {
     FIELDS.iter().find(|f| f.key == key)
@@ -291,6 +310,26 @@ pub fn field_by_tag(tag: u8) -> Option<&'static Field> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn text_pairs_read_back_with_set_text() {
+        let mut m = Meta::default();
+        for f in FIELDS {
+            let set = match f.kind {
+                Kind::WireText => (f.set)(&mut m, Value::Text("a b")),
+                Kind::WireList => (f.set)(&mut m, Value::List(&["x".into(), "y".into()])),
+                Kind::Flag => (f.set)(&mut m, Value::Number(1)),
+                _ => (f.set)(&mut m, Value::Number(7)),
+            };
+            assert!(set, "{}", f.key);
+        }
+        m.extra.push(("IE0.1234".into(), "ab".into()));
+        let mut back = Meta::default();
+        for (k, v) in text_pairs(&m) {
+            set_text(&mut back, k, &v);
+        }
+        assert_eq!(back, m);
+    }
 
     #[test]
     fn keys_and_tags_are_unique_and_extra_is_reserved() {

@@ -85,6 +85,11 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
         0 => num("LAST_SWITCHED") * 1000,
         ms => ms,
     };
+    // Where the flow was measured (a collected flow's exporter, or the probe that said so).
+    c.exporter = text("EXPORTER_IPV4_ADDRESS")
+        .or_else(|| text("EXPORTER_IPV6_ADDRESS"))
+        .and_then(|a| a.parse::<IpAddr>().ok())
+        .map(|ip| std::net::SocketAddr::new(ip, 0));
     c.src_mac = text("IN_SRC_MAC").and_then(parse_mac);
     c.dst_mac = text("IN_DST_MAC").and_then(parse_mac);
     for (k, v) in o {
@@ -159,8 +164,10 @@ mod tests {
         let msg = br#"[{"IPV4_SRC_ADDR":"10.0.0.9","IPV4_DST_ADDR":"10.0.0.1","L4_SRC_PORT":40000,
             "L4_DST_PORT":443,"PROTOCOL":6,"IN_PKTS":5,"IN_BYTES":500,"OUT_PKTS":3,"OUT_BYTES":300,
             "FLOW_START_MILLISECONDS":1700000000123,"FLOW_END_MILLISECONDS":1700000001456,
-            "L7_PROTO_NAME":"TLS.Google","IN_SRC_MAC":"02:00:00:00:00:01","NPROBE_CUSTOM":"x<y"},
-            {"IPV6_SRC_ADDR":"2001:db8::1","IPV6_DST_ADDR":"2001:db8::2","PROTOCOL":17},
+            "L7_PROTO_NAME":"TLS.Google","IN_SRC_MAC":"02:00:00:00:00:01","NPROBE_CUSTOM":"x<y",
+            "EXPORTER_IPV4_ADDRESS":"192.0.2.5"},
+            {"IPV6_SRC_ADDR":"2001:db8::1","IPV6_DST_ADDR":"2001:db8::2","PROTOCOL":17,
+            "EXPORTER_IPV6_ADDRESS":"2001:db8::5"},
             {"IPV4_SRC_ADDR":"not-an-ip","IPV4_DST_ADDR":"10.0.0.1"}, 7]"#;
         let (flows, errors) = flows_from_message(msg);
         assert_eq!(flows.len(), 2);
@@ -185,6 +192,8 @@ mod tests {
             vec![("NPROBE_CUSTOM".to_string(), "x<y".to_string())]
         );
         assert_eq!(flows[1].ip_version, 6);
+        assert_eq!(f.exporter, Some("192.0.2.5:0".parse().unwrap()));
+        assert_eq!(flows[1].exporter, Some("[2001:db8::5]:0".parse().unwrap()));
     }
 
     #[test]

@@ -164,6 +164,20 @@ pub fn message(r: &FlowRecord) -> FlowMessage {
 }
 
 /// Appends the encoded message of `r` to `out`.
+/// Appends field `exporter_addr` to an encoded message: a later field wins in protobuf, so this
+/// names the probe of a record that has no exporter of its own.
+pub fn append_exporter(ip: std::net::IpAddr, out: &mut Vec<u8>) {
+    use prost::Message;
+    let m = FlowMessage {
+        exporter_addr: match ip {
+            std::net::IpAddr::V4(a) => a.octets().to_vec(),
+            std::net::IpAddr::V6(a) => a.octets().to_vec(),
+        },
+        ..FlowMessage::default()
+    };
+    m.encode(out).expect("a Vec grows");
+}
+
 pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
     // Vec<u8> grows as needed: encoding cannot fail.
     let _ = prost::Message::encode(&message(r), out);
@@ -220,6 +234,16 @@ pub fn decode(bytes: &[u8]) -> Result<CollectedFlow, ProtoError> {
     };
     c.src[..m.src_addr.len()].copy_from_slice(&m.src_addr);
     c.dst[..m.dst_addr.len()].copy_from_slice(&m.dst_addr);
+    // Where the flow was measured (a collected flow's exporter, or the probe that said so).
+    c.exporter = match m.exporter_addr.len() {
+        4 => <[u8; 4]>::try_from(m.exporter_addr.as_slice())
+            .ok()
+            .map(|b| std::net::SocketAddr::from((b, 0))),
+        16 => <[u8; 16]>::try_from(m.exporter_addr.as_slice())
+            .ok()
+            .map(|b| std::net::SocketAddr::from((b, 0))),
+        _ => None,
+    };
     Ok(c)
 }
 
@@ -262,6 +286,24 @@ mod tests {
             meta: Some(Box::new(m)),
             exporter: None,
         }
+    }
+
+    #[test]
+    fn a_probe_address_appended_reads_back_as_the_exporter() {
+        let mut bytes = Vec::new();
+        encode(&record(), &mut bytes);
+        assert_eq!(decode(&bytes).unwrap().exporter, None);
+        append_exporter("10.0.0.9".parse().unwrap(), &mut bytes);
+        let c = decode(&bytes).unwrap();
+        assert_eq!(c.exporter, Some("10.0.0.9:0".parse().unwrap()));
+        assert_eq!(c.bytes, 1200, "the rest of the message is untouched");
+        let mut v6 = Vec::new();
+        encode(&record(), &mut v6);
+        append_exporter("2001:db8::9".parse().unwrap(), &mut v6);
+        assert_eq!(
+            decode(&v6).unwrap().exporter,
+            Some("[2001:db8::9]:0".parse().unwrap())
+        );
     }
 
     #[test]

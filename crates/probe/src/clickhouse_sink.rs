@@ -126,7 +126,22 @@ pub const FLOW_COLUMNS: &[(&str, &str)] = &[
     ("sampling", "UInt32"),
     ("meta_keys", "Array(String)"),
     ("meta_values", "Array(String)"),
+    // Schema version 2: the rest of the record, so a row reads back as the flow it was.
+    ("retransmitted_in_packets", "UInt32"),
+    ("retransmitted_out_packets", "UInt32"),
+    ("ooorder_in_packets", "UInt32"),
+    ("ooorder_out_packets", "UInt32"),
+    ("client_latency_us", "UInt32"),
+    ("server_latency_us", "UInt32"),
+    ("client_mac", "FixedString(6)"),
+    ("server_mac", "FixedString(6)"),
+    ("tunnel", "String"),
+    ("fragments", "UInt32"),
+    ("l7_confidence", "String"),
 ];
+
+/// How many of [`FLOW_COLUMNS`] schema version 1 had (version 2 added the others at the end).
+const V1_COLUMNS: usize = 30;
 
 /// A rollup: its name, its key columns (name, type, expression over `flows`).
 struct Rollup {
@@ -165,9 +180,22 @@ const ROLLUPS: &[Rollup] = &[
 const GRAINS: &[(&str, &str)] = &[("1m", "toStartOfMinute"), ("1h", "toStartOfHour")];
 
 /// The schema version [`statements`] creates.
-pub const SCHEMA_VERSION: u32 = 1;
+pub const SCHEMA_VERSION: u32 = 2;
 
-/// Every statement of schema version 1, in order; each can run again (IF NOT EXISTS).
+/// What turns a database of schema version `from` into the current one.
+pub fn migrations(db: &str, from: u32) -> Vec<String> {
+    match from {
+        // None yet: create it all.
+        0 => statements(db),
+        1 => FLOW_COLUMNS[V1_COLUMNS..]
+            .iter()
+            .map(|(n, t)| format!("ALTER TABLE {db}.flows ADD COLUMN {n} {t}"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
+
+/// Every statement of the current schema, in order; each can run again (IF NOT EXISTS).
 pub fn statements(db: &str) -> Vec<String> {
     let mut s = vec![format!("CREATE DATABASE IF NOT EXISTS {db}")];
     let cols: Vec<String> = FLOW_COLUMNS
@@ -316,6 +344,17 @@ pub fn kafka_statements(db: &str, brokers: &str, topic: &str, group: &str) -> Ve
         "toUInt32(SAMPLING_INTERVAL) AS sampling".into(),
         format!("arrayFilter((v, k) -> {present}, [{values}], [{keys}]) AS meta_keys"),
         format!("arrayFilter(v -> {present}, [{values}]) AS meta_values"),
+        "toUInt32(RETRANSMITTED_IN_PKTS) AS retransmitted_in_packets".into(),
+        "toUInt32(RETRANSMITTED_OUT_PKTS) AS retransmitted_out_packets".into(),
+        "toUInt32(OOORDER_IN_PKTS) AS ooorder_in_packets".into(),
+        "toUInt32(OOORDER_OUT_PKTS) AS ooorder_out_packets".into(),
+        "toUInt32(round(CLIENT_NW_LATENCY_MS * 1000)) AS client_latency_us".into(),
+        "toUInt32(round(SERVER_NW_LATENCY_MS * 1000)) AS server_latency_us".into(),
+        "toFixedString(unhex(replaceAll(IN_SRC_MAC, ':', '')), 6) AS client_mac".into(),
+        "toFixedString(unhex(replaceAll(IN_DST_MAC, ':', '')), 6) AS server_mac".into(),
+        "TUNNEL AS tunnel".into(),
+        "toUInt32(FRAGMENTS) AS fragments".into(),
+        "L7_CONFIDENCE AS l7_confidence".into(),
     ];
     vec![
         format!(
@@ -354,6 +393,17 @@ fn post(
     query: &str,
     body: &[u8],
 ) -> Result<String, String> {
+    post_limited(agent, t, query, body, 64 << 10)
+}
+
+/// [`post`], reading at most `limit` bytes of the answer.
+pub(crate) fn post_limited(
+    agent: &ureq::Agent,
+    t: &ClickHouseTarget,
+    query: &str,
+    body: &[u8],
+    limit: u64,
+) -> Result<String, String> {
     let mut req = agent.post(&t.base).query("query", query);
     if let Some(u) = &t.user {
         req = req.header("X-ClickHouse-User", u);
@@ -365,7 +415,7 @@ fn post(
     let mut text = String::new();
     resp.body_mut()
         .as_reader()
-        .take(64 << 10)
+        .take(limit)
         .read_to_string(&mut text)
         .map_err(|e| e.to_string())?;
     if resp.status() == 200 {
@@ -436,7 +486,7 @@ impl ClickHouseSink {
             ));
         }
         if current < SCHEMA_VERSION {
-            for st in statements(db) {
+            for st in migrations(db, current) {
                 post(&agent, &target, &st, b"").map_err(|e| fail("schema", e))?;
             }
             post(
@@ -512,7 +562,16 @@ impl ClickHouseSink {
         if self.pending == 0 || (!force && self.retry_at.is_some_and(|t| Instant::now() < t)) {
             return;
         }
-        let query = format!("INSERT INTO {}.flows FORMAT RowBinary", self.target.db);
+        // Columns named: a table migrated from an older version has them in another order.
+        let query = format!(
+            "INSERT INTO {}.flows ({}) FORMAT RowBinary",
+            self.target.db,
+            FLOW_COLUMNS
+                .iter()
+                .map(|(n, _)| *n)
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
         match post(&self.agent, &self.target, &query, &self.rows) {
             Ok(_) => {
                 self.report.records += self.pending as u64;
@@ -542,7 +601,7 @@ impl ClickHouseSink {
 }
 
 /// An address as 16 bytes, IPv4 mapped into IPv6 (`::ffff:a.b.c.d`).
-fn addr16(a: &[u8; 16], ip_version: u8) -> [u8; 16] {
+pub(crate) fn addr16(a: &[u8; 16], ip_version: u8) -> [u8; 16] {
     if ip_version == 4 {
         let mut m = [0u8; 16];
         m[10] = 0xff;
@@ -633,6 +692,33 @@ pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
     for (_, v) in &pairs {
         put_str(out, v);
     }
+    for n in [
+        f.retransmits[c],
+        f.retransmits[s],
+        f.out_of_order[c],
+        f.out_of_order[s],
+        f.rtt_client_us,
+        f.rtt_server_us,
+    ] {
+        out.extend_from_slice(&n.to_le_bytes());
+    }
+    let (cm, sm) = if c == 0 {
+        (f.mac_a, f.mac_b)
+    } else {
+        (f.mac_b, f.mac_a)
+    };
+    out.extend_from_slice(&cm);
+    out.extend_from_slice(&sm);
+    put_str(out, f.tunnel.name());
+    out.extend_from_slice(&f.fragments.to_le_bytes());
+    put_str(
+        out,
+        if f.dpi_done {
+            f.l7.confidence.name()
+        } else {
+            ""
+        },
+    );
 }
 
 impl RecordSink for ClickHouseSink {

@@ -42,12 +42,16 @@ pub struct KafkaTarget {
     pub format: KafkaFormat,
     /// librdkafka's `compression.type`: none, gzip, snappy, lz4 or zstd.
     pub compression: String,
+    /// `probe=ADDR`: the address this probe's own flows carry as their exporter
+    /// (`EXPORTER_IPV4_ADDRESS`…), so a central sonde and ClickHouse tell the probes apart.
+    /// Collected flows keep their exporter's.
+    pub probe: Option<std::net::IpAddr>,
     /// The URL as given, for messages.
     pub text: String,
 }
 
 /// The URL options a Kafka sink reads itself (the queue's are `when_full` and `queue`).
-pub const KAFKA_OPTIONS: &[&str] = &["format", "compression"];
+pub const KAFKA_OPTIONS: &[&str] = &["format", "compression", "probe"];
 
 impl KafkaTarget {
     pub fn parse(s: &str) -> Result<KafkaTarget, String> {
@@ -76,6 +80,7 @@ impl KafkaTarget {
             topic: topic.to_string(),
             format: KafkaFormat::Json,
             compression: "lz4".into(),
+            probe: None,
             text: s.to_string(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -93,10 +98,16 @@ impl KafkaTarget {
                         "'{s}': compression={v}: use none, gzip, snappy, lz4 or zstd"
                     ));
                 }
+                ("probe", v) => {
+                    t.probe =
+                        Some(v.parse().map_err(|_| {
+                            format!("'{s}': probe={v}: give this probe's IP address")
+                        })?)
+                }
                 (k, _) => {
                     return Err(format!(
                         "'{s}': unknown option '{k}' (the options are format, compression, \
-                         when_full and queue)"
+                         probe, when_full and queue)"
                     ))
                 }
             }
@@ -229,8 +240,26 @@ impl KafkaSink {
                 let end = line.len() - usize::from(line.last() == Some(&b'\n'));
                 self.payload.extend_from_slice(&line[..end]);
                 line.clear();
+                if let (Some(ip), None) = (self.target.probe, r.exporter) {
+                    // The object's last key: the probe that measured the flow.
+                    if self.payload.last() == Some(&b'}') {
+                        self.payload.pop();
+                        let key = if ip.is_ipv4() {
+                            "EXPORTER_IPV4_ADDRESS"
+                        } else {
+                            "EXPORTER_IPV6_ADDRESS"
+                        };
+                        self.payload
+                            .extend_from_slice(format!(",\"{key}\":\"{ip}\"}}").as_bytes());
+                    }
+                }
             }
-            KafkaFormat::Protobuf => sonde_export::proto::encode(r, &mut self.payload),
+            KafkaFormat::Protobuf => {
+                sonde_export::proto::encode(r, &mut self.payload);
+                if let (Some(ip), None) = (self.target.probe, r.exporter) {
+                    sonde_export::proto::append_exporter(ip, &mut self.payload);
+                }
+            }
         }
         Ok(())
     }

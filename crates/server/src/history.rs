@@ -2,6 +2,8 @@
 //! the queries of `sonde query` (flows of a host/port/application in a time range, top hosts and
 //! applications over a range). Each request opens the files afresh, so it sees what the writer
 //! has checkpointed, and runs on a blocking thread: a long scan never holds up the async ones.
+//! With `--history clickhouse://…` the same requests are answered from ClickHouse (every
+//! probe's flows), and `exporter=ADDR` picks one probe's.
 
 use crate::{bad, internal, query_number, ApiError, AppState, Shared};
 use axum::extract::{Path, Query, State};
@@ -13,8 +15,10 @@ use sonde_export::{format_addr, FlowWriter, Format};
 use sonde_history::filter_text::FilterText;
 use sonde_history::query::{self, Metric};
 use sonde_history::store::{Filter, FlowReader};
+use sonde_probe::{ClickHouseHistory, Origin};
 use std::collections::HashMap;
 use std::path::PathBuf;
+use std::sync::Arc;
 
 /// Most rows one history request returns.
 const MAX_LIMIT: usize = 1000;
@@ -49,6 +53,38 @@ fn filter_of(q: &HashMap<String, String>) -> Result<Filter, ApiError> {
     .map_err(bad)
 }
 
+/// Where the flow history is read from.
+enum Source {
+    Dir(PathBuf),
+    ClickHouse(Arc<ClickHouseHistory>),
+}
+
+fn source(s: &AppState, what: &str) -> Result<Source, ApiError> {
+    match &s.info.flow_history {
+        Some(h) => Ok(Source::ClickHouse(h.clone())),
+        None => data_dir(s, what).map(Source::Dir),
+    }
+}
+
+/// `exporter=ADDR`: flows a probe or exporter sent (ClickHouse history only: the local store is
+/// one probe's).
+fn origin_of(q: &HashMap<String, String>, src: &Source) -> Result<Origin, ApiError> {
+    let Some(text) = q.get("exporter").filter(|v| !v.is_empty()) else {
+        return Ok(Origin::default());
+    };
+    if matches!(src, Source::Dir(_)) {
+        return Err(bad(
+            "exporter=: this sonde's history is its own (--data-dir); start it with \
+             --history clickhouse://… to read several probes'"
+                .to_string(),
+        ));
+    }
+    let ip = text
+        .parse()
+        .map_err(|_| bad(format!("exporter={text:?}: give an IP address")))?;
+    Ok(Origin { exporter: Some(ip) })
+}
+
 /// `offset` and `limit` (at most [`MAX_LIMIT`]).
 fn page_of(q: &HashMap<String, String>, default_limit: usize) -> Result<(usize, usize), ApiError> {
     let num = |k: &str, default: usize| {
@@ -76,14 +112,21 @@ pub(crate) async fn flows(
     State(s): Shared,
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
-    let dir = data_dir(&s, "flow history")?;
+    let src = source(&s, "flow history")?;
     let filter = filter_of(&q)?;
+    let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 50)?;
     let body = blocking(move || {
-        let reader = FlowReader::open(&dir).map_err(|e| e.to_string())?;
         // One more than the page, to tell whether another page follows.
-        let (mut rows, _) =
-            query::flows(&reader, &filter, offset, limit + 1).map_err(|e| e.to_string())?;
+        let mut rows = match src {
+            Source::Dir(dir) => {
+                let reader = FlowReader::open(&dir).map_err(|e| e.to_string())?;
+                query::flows(&reader, &filter, offset, limit + 1)
+                    .map_err(|e| e.to_string())?
+                    .0
+            }
+            Source::ClickHouse(h) => h.flows(&filter, origin, offset, limit + 1)?,
+        };
         let more = rows.len() > limit;
         rows.truncate(limit);
         let mut lines = Vec::new();
@@ -121,10 +164,16 @@ pub(crate) async fn top(
     let hosts = match what.as_str() {
         "hosts" => true,
         "apps" => false,
-        _ => return Err(bad(format!("top/{what}: use top/hosts or top/apps"))),
+        "exporters" => return top_exporters(s, q).await,
+        _ => {
+            return Err(bad(format!(
+                "top/{what}: use top/hosts, top/apps or top/exporters"
+            )))
+        }
     };
-    let dir = data_dir(&s, "flow history")?;
+    let src = source(&s, "flow history")?;
     let filter = filter_of(&q)?;
+    let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 10)?;
     let by = match q.get("sort").map_or("bytes", String::as_str) {
         "bytes" => Metric::Bytes,
@@ -133,13 +182,20 @@ pub(crate) async fn top(
         other => return Err(bad(format!("sort={other:?}: use bytes, packets or flows"))),
     };
     let rows = blocking(move || {
-        let reader = FlowReader::open(&dir).map_err(|e| e.to_string())?;
         let row = |name: String, t: &query::Totals| {
             json!({ "name": name, "flows": t.flows, "packets": t.packets, "bytes": t.bytes })
         };
+        let n = offset + limit;
         let rows: Vec<Value> = if hosts {
-            let (top, _) = query::top_hosts(&reader, &filter, by, offset + limit)
-                .map_err(|e| e.to_string())?;
+            let top = match &src {
+                Source::Dir(dir) => {
+                    let reader = FlowReader::open(dir).map_err(|e| e.to_string())?;
+                    query::top_hosts(&reader, &filter, by, n)
+                        .map_err(|e| e.to_string())?
+                        .0
+                }
+                Source::ClickHouse(h) => h.top_hosts(&filter, origin, by, n)?,
+            };
             top.iter()
                 .skip(offset)
                 .map(|((addr, v, vlan), t)| {
@@ -151,8 +207,15 @@ pub(crate) async fn top(
                 })
                 .collect()
         } else {
-            let (top, _) = query::top_apps(&reader, &filter, by, offset + limit)
-                .map_err(|e| e.to_string())?;
+            let top = match &src {
+                Source::Dir(dir) => {
+                    let reader = FlowReader::open(dir).map_err(|e| e.to_string())?;
+                    query::top_apps(&reader, &filter, by, n)
+                        .map_err(|e| e.to_string())?
+                        .0
+                }
+                Source::ClickHouse(h) => h.top_apps(&filter, origin, by, n)?,
+            };
             top.iter()
                 .skip(offset)
                 .map(|(app, t)| row(query::app_name(*app), t))
@@ -164,6 +227,30 @@ pub(crate) async fn top(
     Ok(Json(json!({ "rows": rows, "offset": offset, "limit": limit })).into_response())
 }
 
+/// `GET /api/v1/history/top/exporters?from=&to=`: the probes and exporters whose flows are in
+/// the ClickHouse history, by traffic (`name` is empty for flows a probe measured itself
+/// without saying which it is).
+async fn top_exporters(s: Arc<AppState>, q: HashMap<String, String>) -> Result<Response, ApiError> {
+    let Source::ClickHouse(h) = source(&s, "flow history")? else {
+        return Err(bad(
+            "top/exporters: needs --history clickhouse://… (this sonde's own history is one probe's)"
+                .to_string(),
+        ));
+    };
+    let filter = filter_of(&q)?;
+    let rows = blocking(move || h.exporters(&filter)).await?;
+    let rows: Vec<Value> = rows
+        .iter()
+        .map(|(ip, t)| {
+            json!({
+                "name": ip.map(|i| i.to_string()).unwrap_or_default(),
+                "flows": t.flows, "packets": t.packets, "bytes": t.bytes,
+            })
+        })
+        .collect();
+    Ok(Json(json!({ "rows": rows })).into_response())
+}
+
 /// `GET /api/v1/series?family=interface&key=total&from=UNIX&to=UNIX&resolution=auto`: a time
 /// series from the data directory (gaps are `null`).
 pub(crate) async fn series(
@@ -171,6 +258,9 @@ pub(crate) async fn series(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     use sonde_history::series::{Family, Resolution, SeriesReader};
+    if let Some(h) = s.info.flow_history.clone() {
+        return series_clickhouse(h, q).await;
+    }
     let dir = data_dir(&s, "time series")?;
     let family_name = q.get("family").map_or("interface", String::as_str);
     let family = Family::from_name(family_name).ok_or_else(|| {
@@ -229,4 +319,92 @@ pub(crate) async fn series(
     })
     .await?;
     Ok(Json(result).into_response())
+}
+
+/// `/api/v1/series` from ClickHouse's flows: the interface's, a host's or an application's
+/// traffic per minute, hour or day (by flow start), gaps `null` as from the local store.
+async fn series_clickhouse(
+    h: Arc<ClickHouseHistory>,
+    q: HashMap<String, String>,
+) -> Result<Response, ApiError> {
+    use sonde_probe::SeriesOf;
+    let family = q
+        .get("family")
+        .map_or("interface", String::as_str)
+        .to_string();
+    let key = q.get("key").cloned().unwrap_or_else(|| "total".into());
+    let of = match family.as_str() {
+        "interface" => SeriesOf::Total,
+        "hosts" => {
+            let (addr, vlan) = key.split_once('@').unwrap_or((&key, "0"));
+            let n = sonde_history::filter_text::parse_network(addr)
+                .ok()
+                .filter(|n| n.prefix == if n.ip_version == 4 { 32 } else { 128 })
+                .ok_or_else(|| bad(format!("key={key:?}: give a host address (with @VLAN)")))?;
+            let vlan = vlan
+                .parse()
+                .map_err(|_| bad(format!("key={key:?}: the VLAN after @ is a number")))?;
+            SeriesOf::Host(n.addr, n.ip_version, vlan)
+        }
+        "apps" => SeriesOf::App(key.clone()),
+        other => {
+            return Err(bad(format!(
+                "family={other:?}: the ClickHouse history (--history) has interface, hosts and apps"
+            )))
+        }
+    };
+    let num = |k: &str| query_number::<u64>(&q, k, "Unix seconds expected");
+    let to = num("to")?.unwrap_or(now_ms() / 1000 + 1);
+    let from = num("from")?.unwrap_or(to.saturating_sub(3600));
+    let span = to.saturating_sub(from);
+    let (res, step) = match q.get("resolution").map_or("auto", String::as_str) {
+        "auto" if span <= 6 * 3600 => ("1m", 60),
+        "auto" if span <= 14 * 86_400 => ("1h", 3600),
+        "auto" => ("1d", 86_400),
+        "1s" => ("1s", 1),
+        "1m" => ("1m", 60),
+        "1h" => ("1h", 3600),
+        "1d" => ("1d", 86_400),
+        other => {
+            return Err(bad(format!(
+                "resolution={other:?}: use 1s, 1m, 1h, 1d or auto"
+            )))
+        }
+    };
+    if span / step > 100_000 {
+        return Err(bad(format!(
+            "from={from}&to={to} at {res}: more than 100000 points; pick a coarser resolution"
+        )));
+    }
+    let filter = Filter {
+        from_ms: Some(from * 1000),
+        to_ms: Some(to * 1000),
+        ..Filter::default()
+    };
+    let origin = origin_of(&q, &Source::ClickHouse(h.clone()))?;
+    let points = blocking(move || h.series(&filter, origin, &of, step)).await?;
+    let mut at = points.iter().peekable();
+    let mut pts = Vec::new();
+    let mut t = from / step * step;
+    while t < to {
+        // A flow that started before `from` but lasted into it lands before the first step.
+        while at.peek().is_some_and(|p| p.0 < t) {
+            at.next();
+        }
+        pts.push(match at.peek() {
+            Some((pt, v)) if *pt == t => json!({ "t": t, "value": v, "seconds": step }),
+            _ => json!({ "t": t, "value": null }),
+        });
+        t += step;
+    }
+    Ok(Json(json!({
+        "family": family,
+        "key": key,
+        "resolution": res,
+        "from": from,
+        "to": to,
+        "metrics": ["bytes_in", "bytes_out", "packets_in", "packets_out", "flows"],
+        "points": pts,
+    }))
+    .into_response())
 }

@@ -71,6 +71,8 @@ pub struct ServerInfo {
     pub source: String,
     /// The data directory (`--data-dir`), for time series.
     pub data_dir: Option<std::path::PathBuf>,
+    /// `--history clickhouse://…`: flow history and series from ClickHouse instead.
+    pub flow_history: Option<Arc<sonde_probe::ClickHouseHistory>>,
 }
 
 pub(crate) struct AppState {
@@ -329,7 +331,7 @@ async fn health(State(s): Shared) -> Json<Value> {
         "version": s.info.version,
         "source": s.info.source,
         "uptime_s": s.view.uptime().as_secs_f64(),
-        "history": s.info.data_dir.is_some(),
+        "history": s.info.data_dir.is_some() || s.info.flow_history.is_some(),
     }))
 }
 

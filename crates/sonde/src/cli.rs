@@ -97,6 +97,12 @@ pub struct Cli {
     /// 'sonde query --data-dir DIR flows|hosts|apps|series').
     #[arg(long, value_name = "DIR")]
     pub data_dir: Option<PathBuf>,
+    /// Answer the console's history pages, /api/v1/history/* and /api/v1/series from the
+    /// ClickHouse flows table that '--export clickhouse://' fills (every probe writing there)
+    /// instead of --data-dir: clickhouse://HOST:PORT/DB[?table=T] (T: e.g. a Distributed
+    /// table over a cluster's shards).
+    #[arg(long, value_name = "URL")]
+    pub history: Option<String>,
     /// Time series retention, in rows of each resolution: 1 s,1 min,1 h,1 day (default
     /// 3600,10080,8760,1826: an hour, a week, a year, five years).
     #[arg(long, value_name = "S,M,H,D")]

@@ -105,6 +105,8 @@ pub struct HttpSection {
 #[serde(deny_unknown_fields)]
 pub struct HistorySection {
     pub data_dir: Option<PathBuf>,
+    /// `--history`: clickhouse://HOST:PORT/DB[?table=T].
+    pub url: Option<String>,
     #[serde(default, deserialize_with = "seconds_or_zero")]
     pub max_age_days: Option<f64>,
     #[serde(default, deserialize_with = "seconds_or_zero")]
@@ -462,6 +464,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
 
     let h = file.history;
     set_opt!(data_dir, h.data_dir.map(path));
+    set_opt!(history, h.url);
     set!(history_max_age, h.max_age_days);
     set!(history_max_size, h.max_size_gib);
     set_opt!(series_retention, h.series_retention);

@@ -119,6 +119,14 @@ fn run(cli: Cli) -> Result<ExitCode> {
         Some(_) => server_guard(&cli)?,
         None => sonde_server::Guard::default(),
     };
+    // Checked before the probe starts: a wrong URL is one error line, not a console without
+    // history.
+    let flow_history = cli
+        .history
+        .as_deref()
+        .map(|u| sonde_probe::ClickHouseHistory::open(u).map(std::sync::Arc::new))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let probe = sonde_probe::start(cfg)?;
     let server = match bound {
         Some(addr) => {
@@ -126,6 +134,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 version: env!("CARGO_PKG_VERSION").to_string(),
                 source: source_name.clone(),
                 data_dir: cli.data_dir.clone(),
+                flow_history,
             };
             let scheme = if cli.https_cert.is_some() {
                 "https"

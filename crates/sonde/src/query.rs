@@ -18,6 +18,10 @@ pub struct QueryCli {
     /// The data directory (what sonde was started with as --data-dir).
     #[arg(long, value_name = "DIR", default_value = "sonde-data", global = true)]
     data_dir: PathBuf,
+    /// Read flows, hosts and apps from ClickHouse instead (what '--export clickhouse://'
+    /// wrote, every probe's): clickhouse://HOST:PORT/DB[?table=T].
+    #[arg(long, value_name = "URL", global = true)]
+    history: Option<String>,
     #[command(subcommand)]
     what: What,
 }
@@ -139,6 +143,9 @@ struct Common {
     /// An application or protocol name (TLS, Google, DNS) or nDPI number.
     #[arg(long)]
     app: Option<String>,
+    /// Only what this probe or exporter sent (with --history clickhouse://…).
+    #[arg(long, value_name = "ADDR")]
+    exporter: Option<std::net::IpAddr>,
     /// At most this many rows.
     #[arg(long, default_value_t = 100)]
     limit: usize,
@@ -182,14 +189,37 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 let _ = e.print();
                 return Ok(());
             }
+            // The message without clap's usage lines; a list (the missing arguments) joined.
             let text = e.to_string();
-            let first = text.lines().next().unwrap_or("invalid arguments");
+            let said: Vec<&str> = text
+                .lines()
+                .take_while(|l| !l.starts_with("Usage:"))
+                .map(str::trim)
+                .filter(|l| !l.is_empty() && !l.starts_with("For more information"))
+                .collect();
+            let said = if said.is_empty() {
+                "invalid arguments".to_string()
+            } else {
+                said.join(" ")
+            };
             bail!(
                 "{} (see 'sonde query --help')",
-                first.trim_start_matches("error: ")
+                said.trim_start_matches("error: ")
             );
         }
     };
+    if cli.history.is_some()
+        && matches!(
+            cli.what,
+            What::Series(_) | What::Top(_) | What::Anomalies(_)
+        )
+    {
+        bail!(
+            "--history: 'sonde query' reads flows, hosts and apps from ClickHouse; series, top \
+             and anomalies come from a --data-dir (the REST API's /api/v1/series reads \
+             ClickHouse too)"
+        );
+    }
     if let What::Series(a) = &cli.what {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         series(&cli.data_dir, a, &mut out)?;
@@ -208,7 +238,12 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         out.flush()?;
         return Ok(());
     }
-    let reader = FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?;
+    let source = match &cli.history {
+        Some(url) => Source::ClickHouse(
+            sonde_probe::ClickHouseHistory::open(url).map_err(anyhow::Error::msg)?,
+        ),
+        None => Source::Dir(FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?),
+    };
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -216,9 +251,18 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
     let mut out = std::io::BufWriter::new(stdout.lock());
     match cli.what {
         What::Flows(c) => {
+            check_origin(&c, &source)?;
             let filter = filter_of(&c, now_ms)?;
-            let (flows, _) =
-                query::flows(&reader, &filter, c.offset, c.limit).map_err(anyhow::Error::msg)?;
+            let flows = match &source {
+                Source::Dir(reader) => {
+                    query::flows(reader, &filter, c.offset, c.limit)
+                        .map_err(anyhow::Error::msg)?
+                        .0
+                }
+                Source::ClickHouse(h) => h
+                    .flows(&filter, origin(&c), c.offset, c.limit)
+                    .map_err(anyhow::Error::msg)?,
+            };
             match c.format {
                 OutFormat::Jsonl => {
                     let mut w = FlowWriter::new(&mut out, Format::Json);
@@ -231,14 +275,19 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             }
         }
         What::Hosts(r) => {
+            check_origin(&r.common, &source)?;
             let filter = filter_of(&r.common, now_ms)?;
-            let (top, _) = query::top_hosts(
-                &reader,
-                &filter,
-                metric(r.sort),
-                r.common.offset + r.common.limit,
-            )
-            .map_err(anyhow::Error::msg)?;
+            let n = r.common.offset + r.common.limit;
+            let top = match &source {
+                Source::Dir(reader) => {
+                    query::top_hosts(reader, &filter, metric(r.sort), n)
+                        .map_err(anyhow::Error::msg)?
+                        .0
+                }
+                Source::ClickHouse(h) => h
+                    .top_hosts(&filter, origin(&r.common), metric(r.sort), n)
+                    .map_err(anyhow::Error::msg)?,
+            };
             let rows = top
                 .into_iter()
                 .skip(r.common.offset)
@@ -250,14 +299,19 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             ranked_out(&mut out, r.common.format, "HOST", rows.collect())?;
         }
         What::Apps(r) => {
+            check_origin(&r.common, &source)?;
             let filter = filter_of(&r.common, now_ms)?;
-            let (top, _) = query::top_apps(
-                &reader,
-                &filter,
-                metric(r.sort),
-                r.common.offset + r.common.limit,
-            )
-            .map_err(anyhow::Error::msg)?;
+            let n = r.common.offset + r.common.limit;
+            let top = match &source {
+                Source::Dir(reader) => {
+                    query::top_apps(reader, &filter, metric(r.sort), n)
+                        .map_err(anyhow::Error::msg)?
+                        .0
+                }
+                Source::ClickHouse(h) => h
+                    .top_apps(&filter, origin(&r.common), metric(r.sort), n)
+                    .map_err(anyhow::Error::msg)?,
+            };
             let rows = top
                 .into_iter()
                 .skip(r.common.offset)
@@ -531,6 +585,29 @@ fn anomalies(dir: &std::path::Path, a: &AnomalyArgs, out: &mut impl Write) -> Re
         }
     }
     Ok(())
+}
+
+/// Where `flows`, `hosts` and `apps` read.
+enum Source {
+    Dir(FlowReader),
+    ClickHouse(sonde_probe::ClickHouseHistory),
+}
+
+/// `--exporter` reads what ClickHouse holds of several probes; a data directory is one's.
+fn check_origin(c: &Common, source: &Source) -> Result<()> {
+    if c.exporter.is_some() && matches!(source, Source::Dir(_)) {
+        bail!(
+            "--exporter: a data directory holds one sonde's own flows; use --history \
+             clickhouse://… to read several probes'"
+        );
+    }
+    Ok(())
+}
+
+fn origin(c: &Common) -> sonde_probe::Origin {
+    sonde_probe::Origin {
+        exporter: c.exporter,
+    }
 }
 
 fn metric(s: SortArg) -> Metric {
