@@ -366,3 +366,63 @@ def test_two_probes_through_kafka_give_one_probes_top_hosts(clickhouse, kafka, s
         assert p.returncode == 0, p.stderr
         got = [(h["HOST"], h["BYTES"]) for h in map(json.loads, p.stdout.splitlines())]
         assert got == sorted(per_host.items(), key=lambda kv: (-kv[1], kv[0]))[:5], probe
+
+
+def test_a_killed_central_commits_only_what_clickhouse_stored(kafka, sonde_bin, sonde, corpus,
+                                                              tmp_path):
+    """A central sonde reads a Kafka topic into ClickHouse while ClickHouse is down: it buffers
+    and commits no offset (nothing is stored). Killed with SIGKILL, then started again with
+    ClickHouse back, it reads every record again and stores each once. A consumer that reads
+    the topic again (another group) stores byte-identical rows, which `OPTIMIZE … FINAL
+    DEDUPLICATE` removes."""
+    from test_kafka import _committed
+    topic, group = "central-kill", "ck"
+    out = tmp_path / "sent.jsonl"
+    start = [str(REPO / "scripts" / "clickhouse-server.sh"), str(tmp_path / "server")]
+    up = subprocess.run(start, capture_output=True, text=True, timeout=120)
+    assert up.returncode == 0, up.stderr
+    http, pid = re.search(r"HTTP=(\S+) PID=(\d+)", up.stdout).groups()
+    url = f"kafka://{kafka}/{topic}?group={group}"
+    export = f"clickhouse://{http}/ck"
+    try:
+        # The topic exists before the consumer joins (its group starts at the beginning).
+        p = sonde("-r", corpus / "http_ipv6.pcap", "-f", "host 203.0.113.1", "--export",
+                  f"kafka://{kafka}/{topic}", "-q")
+        assert p.returncode == 0, p.stderr
+        central = subprocess.Popen([str(sonde_bin), "--collect", url, "--export", export, *ARGS],
+                                   stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                                   stdin=subprocess.DEVNULL)
+        time.sleep(3)
+        os.kill(int(pid), signal.SIGKILL)
+        p = sonde("-r", corpus / PCAP, "--export", f"kafka://{kafka}/{topic}", "--flows-out",
+                  out, *ARGS)
+        assert p.returncode == 0, p.stderr
+        sent = oracle.load_jsonl(str(out))
+        time.sleep(6)
+        assert central.poll() is None, central.stderr.read()
+        assert _committed(kafka, group, topic) == 0, "nothing stored, nothing committed"
+        central.kill()
+        central.wait()
+        up = subprocess.run(start, capture_output=True, text=True, timeout=120)
+        assert up.returncode == 0, up.stderr
+        pid = re.search(r"PID=(\d+)", up.stdout).group(1)
+        # The killed member's partitions come back to the group after its session timeout.
+        stats = tmp_path / "again.json"
+        p = sonde("--collect", url, "--export", export, "--duration", "20", "--stats-json",
+                  stats, *ARGS, timeout=120)
+        assert p.returncode == 0, p.stderr
+        assert json.loads(stats.read_text())["collected"]["records"] == len(sent)
+        [[count]] = query(http, "SELECT count() FROM ck.flows")
+        assert int(count) == len(sent) > 100
+        assert _committed(kafka, group, topic) == len(sent)
+        # Read once more by another group: every row twice, then once after DEDUPLICATE.
+        p = sonde("--collect", f"kafka://{kafka}/{topic}?group=ck2", "--export", export,
+                  "--duration", "15", *ARGS, timeout=120)
+        assert p.returncode == 0, p.stderr
+        [[count]] = query(http, "SELECT count() FROM ck.flows")
+        assert int(count) == 2 * len(sent)
+        query(http, "OPTIMIZE TABLE ck.flows FINAL DEDUPLICATE")
+        [[count]] = query(http, "SELECT count() FROM ck.flows")
+        assert int(count) == len(sent)
+    finally:
+        os.kill(int(pid), signal.SIGTERM)

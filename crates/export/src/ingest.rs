@@ -90,6 +90,7 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
         .or_else(|| text("EXPORTER_IPV6_ADDRESS"))
         .and_then(|a| a.parse::<IpAddr>().ok())
         .map(|ip| std::net::SocketAddr::new(ip, 0));
+    c.end_reason = text("FLOW_END_REASON").and_then(end_reason);
     c.src_mac = text("IN_SRC_MAC").and_then(parse_mac);
     c.dst_mac = text("IN_DST_MAC").and_then(parse_mac);
     for (k, v) in o {
@@ -103,6 +104,14 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
         c.extra_text.push((k.clone(), v));
     }
     Ok(c)
+}
+
+/// `FLOW_END_REASON`'s text as the number of [`sonde_flow::EndReason`].
+pub fn end_reason(name: &str) -> Option<u8> {
+    sonde_flow::EndReason::ALL
+        .into_iter()
+        .find(|r| r.name() == name)
+        .map(|r| r as u8)
 }
 
 fn set_addr(out: &mut [u8; 16], ip: IpAddr) {

@@ -230,6 +230,7 @@ pub fn decode(bytes: &[u8]) -> Result<CollectedFlow, ProtoError> {
         src_mac: <[u8; 6]>::try_from(m.src_mac.as_slice()).ok(),
         dst_mac: <[u8; 6]>::try_from(m.dst_mac.as_slice()).ok(),
         extra_text: m.meta.into_iter().collect(),
+        end_reason: crate::ingest::end_reason(&m.end_reason),
         ..CollectedFlow::default()
     };
     c.src[..m.src_addr.len()].copy_from_slice(&m.src_addr);

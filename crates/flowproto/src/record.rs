@@ -47,6 +47,12 @@ pub struct CollectedFlow {
     pub extra: Vec<(u32, u16, Vec<u8>)>,
     /// Fields of a JSON producer (ZMQ) that sonde does not interpret, kept to be shown.
     pub extra_text: Vec<(String, String)>,
+    /// Why the producer ended the flow, when it says (a sonde's `FLOW_END_REASON`), as the
+    /// number of sonde_flow's `EndReason`.
+    pub end_reason: Option<u8>,
+    /// A finished record to be passed on as it is, not merged with later records of the same
+    /// flow (another sonde's, relayed through Kafka): it leaves the flow table at once.
+    pub ended: bool,
 }
 
 /// A packet header sampled by an sFlow agent: it goes through sonde's packet decoder like a

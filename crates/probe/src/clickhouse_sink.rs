@@ -752,6 +752,10 @@ impl RecordSink for ClickHouseSink {
         self.report.dropped
     }
 
+    fn pending(&self) -> u64 {
+        self.pending as u64
+    }
+
     fn finish(&mut self) -> io::Result<SinkReport> {
         // What is buffered gets until FINISH_TIMEOUT for the server to take it.
         let deadline = Instant::now() + FINISH_TIMEOUT;

@@ -75,8 +75,63 @@ pub struct CollectorCounters {
 }
 
 /// Routes collected records to the shards that own their flows, in batches.
+/// How far a collect input's records have got, for a source that must know when what it
+/// handed over is stored (the Kafka source commits its offsets then): records handed to
+/// each shard, records each shard is done with (ingested, and its ended flows passed to the
+/// sinks), records every shard has passed to the sinks, and each sink's counters.
+pub(crate) struct Settlement {
+    pub handed: Vec<AtomicU64>,
+    pub handled: Vec<AtomicU64>,
+    pub sink_sent: Arc<AtomicU64>,
+    pub sinks: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
+}
+
+impl Settlement {
+    pub fn new(
+        shards: usize,
+        sink_sent: Arc<AtomicU64>,
+        sinks: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
+    ) -> Settlement {
+        Settlement {
+            handed: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            handled: (0..shards).map(|_| AtomicU64::new(0)).collect(),
+            sink_sent,
+            sinks,
+        }
+    }
+
+    /// Records handed to each shard so far.
+    pub fn handed_now(&self) -> Vec<u64> {
+        self.handed
+            .iter()
+            .map(|h| h.load(Ordering::Acquire))
+            .collect()
+    }
+
+    /// Whether every shard is done with what `handed` counts.
+    pub fn shards_done(&self, handed: &[u64]) -> bool {
+        self.handled
+            .iter()
+            .zip(handed)
+            .all(|(h, n)| h.load(Ordering::Acquire) >= *n)
+    }
+
+    /// Records passed to the sinks so far.
+    pub fn sent_now(&self) -> u64 {
+        self.sink_sent.load(Ordering::Acquire)
+    }
+
+    /// Whether every sink is done with the first `sent` records (a failed sink never is).
+    pub fn sinks_done(&self, sent: u64) -> bool {
+        self.sinks
+            .iter()
+            .all(|s| !s.failed.load(Ordering::Acquire) && s.settled() >= sent)
+    }
+}
+
 pub(crate) struct Dispatcher {
     txs: Vec<Sender<CollectedBatch>>,
+    settlement: Arc<Settlement>,
     /// Batches the shards are done with, to be filled again: their memory is already paged
     /// in (fresh batches of a few hundred records page-faulted on every hand-off).
     recycled: Receiver<CollectedBatch>,
@@ -90,15 +145,24 @@ const BATCH: usize = 256;
 
 impl Clone for Dispatcher {
     fn clone(&self) -> Self {
-        Dispatcher::new(self.txs.clone(), self.recycled.clone())
+        Dispatcher::new(
+            self.txs.clone(),
+            self.recycled.clone(),
+            self.settlement.clone(),
+        )
     }
 }
 
 impl Dispatcher {
-    pub fn new(txs: Vec<Sender<CollectedBatch>>, recycled: Receiver<CollectedBatch>) -> Dispatcher {
+    pub fn new(
+        txs: Vec<Sender<CollectedBatch>>,
+        recycled: Receiver<CollectedBatch>,
+        settlement: Arc<Settlement>,
+    ) -> Dispatcher {
         let batches = txs.iter().map(|_| CollectedBatch::default()).collect();
         Dispatcher {
             txs,
+            settlement,
             recycled,
             batches,
             decoder: Decoder::default(),
@@ -166,6 +230,9 @@ impl Dispatcher {
     fn send(&mut self, i: usize) {
         let fresh = self.recycled.try_recv().unwrap_or_default();
         let b = std::mem::replace(&mut self.batches[i], fresh);
+        // Counted before it is sent: a count read later covers every batch sent before.
+        self.settlement.handed[i]
+            .fetch_add((b.flows.len() + b.samples.len()) as u64, Ordering::Release);
         let _ = self.txs[i].send(b);
     }
 

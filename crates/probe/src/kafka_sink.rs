@@ -305,6 +305,12 @@ impl RecordSink for KafkaSink {
         self.deliveries.failed.load(Ordering::Relaxed)
     }
 
+    fn pending(&self) -> u64 {
+        let d = &self.deliveries;
+        self.records
+            .saturating_sub(d.delivered.load(Ordering::Relaxed) + d.failed.load(Ordering::Relaxed))
+    }
+
     fn finish(&mut self) -> io::Result<SinkReport> {
         let started = Instant::now();
         let flushed = self.producer.flush(FLUSH_TIMEOUT);

@@ -2,18 +2,22 @@
 //! JSON or protobuf records) put on a Kafka topic, read by a consumer group, so one central
 //! sonde (or several sharing the group) sees what many probes export.
 //!
-//! Offsets are committed by hand, only for records already handed to the flow tables (once a
-//! second and at the end): a sonde that crashes or is killed reads again what it had consumed
-//! since its last commit, rather than skipping it. Flows still held in memory at a crash are
-//! lost as with any input.
+//! Each record is a flow another sonde ended: it goes through the flow and host tables (the
+//! live views count it) and out to the sinks at once, not merged with later records. Offsets
+//! are committed by hand, only for records the sinks have stored (checked about once a
+//! second, and at the end after the sinks have finished): a sonde that crashes or is killed
+//! reads again what it had consumed since its last commit, rather than losing it. What it had
+//! stored since then is stored again: duplicates, byte for byte the same rows, which
+//! ClickHouse removes with `OPTIMIZE TABLE DB.flows FINAL DEDUPLICATE`.
 
-use crate::collect::{CollectorCounters, Dispatcher, ExporterReport};
+use crate::collect::{CollectorCounters, Dispatcher, ExporterReport, Settlement};
 use crate::kafka_sink::KafkaFormat;
 use rdkafka::config::ClientConfig;
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
-use rdkafka::Message;
+use rdkafka::{Message, Offset, TopicPartitionList};
+use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 /// A parsed `kafka://BROKER[,BROKER…]/TOPIC[?group=G&format=json|protobuf]`.
@@ -111,7 +115,53 @@ impl KafkaSource {
     }
 }
 
-/// Consumes until `stop`, committing what was handed to the shards.
+/// Offsets to commit once the records read before them are stored.
+struct Checkpoint {
+    offsets: TopicPartitionList,
+    /// Records handed to each shard when the offsets were taken.
+    handed: Vec<u64>,
+    /// Records passed to the sinks once the shards were done with `handed`.
+    sent: Option<u64>,
+}
+
+/// Checkpoints waiting for the sinks, at most (beyond, the next waits: an outage delays the
+/// commits, it does not grow memory).
+const MAX_CHECKPOINTS: usize = 64;
+
+/// What a stopped Kafka source leaves to commit once the sinks have finished: the run's end
+/// commits the offsets of everything read only after every sink wrote what it held.
+pub(crate) struct FinalCommit {
+    consumer: BaseConsumer,
+    offsets: TopicPartitionList,
+}
+
+impl FinalCommit {
+    pub fn commit(self) {
+        if self.offsets.count() > 0 {
+            let _ = self.consumer.commit(&self.offsets, CommitMode::Sync);
+        }
+    }
+}
+
+/// The consumer's positions (the next offset of each partition it reads), those it has.
+fn positions(consumer: &BaseConsumer) -> TopicPartitionList {
+    let mut out = TopicPartitionList::new();
+    if let Ok(p) = consumer.position() {
+        for e in p.elements() {
+            if let Offset::Offset(n) = e.offset() {
+                let _ = out.add_partition_offset(e.topic(), e.partition(), Offset::Offset(n));
+            }
+        }
+    }
+    out
+}
+
+/// Consumes until `stop`. Every `commit_every` it notes the consumer's positions; it commits
+/// them once the records read before are stored: the shards have passed them on (they leave
+/// the flow table at once, `ended`) and every sink has them at its destination (or dropped
+/// and counted). A crash replays what was read since the last such commit; nothing read is
+/// committed unstored.
+#[allow(clippy::too_many_arguments)]
 pub(crate) fn run_kafka(
     consumer: BaseConsumer,
     format: KafkaFormat,
@@ -119,14 +169,12 @@ pub(crate) fn run_kafka(
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
+    settlement: Arc<Settlement>,
+    finals: Arc<Mutex<Vec<FinalCommit>>>,
 ) -> ExporterReport {
     let mut uncommitted = false;
-    let mut last_commit = Instant::now();
-    let commit = |out: &mut Dispatcher, mode: CommitMode| {
-        // Handed over first: the offsets committed are those of records the shards have.
-        out.flush();
-        let _ = consumer.commit_consumer_state(mode);
-    };
+    let mut last_checkpoint = Instant::now();
+    let mut waiting: VecDeque<Checkpoint> = VecDeque::new();
     while !stop.load(Ordering::Relaxed) {
         match consumer.poll(Duration::from_millis(200)) {
             Some(Ok(m)) => {
@@ -146,7 +194,9 @@ pub(crate) fn run_kafka(
                     .records
                     .fetch_add(flows.len() as u64, Ordering::Relaxed);
                 counters.errors.fetch_add(errors as u64, Ordering::Relaxed);
-                for f in flows {
+                for mut f in flows {
+                    // A sonde's ended flow: passed on as it is, at once.
+                    f.ended = true;
                     out.flow(f);
                 }
                 uncommitted = true;
@@ -156,16 +206,42 @@ pub(crate) fn run_kafka(
             }
             None => out.flush(),
         }
-        if uncommitted && last_commit.elapsed() >= commit_every {
-            commit(&mut out, CommitMode::Async);
+        if uncommitted
+            && last_checkpoint.elapsed() >= commit_every
+            && waiting.len() < MAX_CHECKPOINTS
+        {
+            out.flush();
+            waiting.push_back(Checkpoint {
+                offsets: positions(&consumer),
+                handed: settlement.handed_now(),
+                sent: None,
+            });
             uncommitted = false;
-            last_commit = Instant::now();
+            last_checkpoint = Instant::now();
+        }
+        // The newest checkpoint whose records are stored, committed.
+        let mut ready = None;
+        while let Some(c) = waiting.front_mut() {
+            if c.sent.is_none() && settlement.shards_done(&c.handed) {
+                c.sent = Some(settlement.sent_now());
+            }
+            match c.sent {
+                Some(sent) if settlement.sinks_done(sent) => ready = waiting.pop_front(),
+                _ => break,
+            }
+        }
+        if let Some(c) = ready {
+            if c.offsets.count() > 0 {
+                let _ = consumer.commit(&c.offsets, CommitMode::Async);
+            }
         }
     }
-    if uncommitted {
-        commit(&mut out, CommitMode::Sync);
-    }
     out.flush();
+    let offsets = positions(&consumer);
+    finals
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push(FinalCommit { consumer, offsets });
     Vec::new()
 }
 

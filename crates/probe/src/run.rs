@@ -94,6 +94,8 @@ type SinkResult = Result<Vec<SinkReport>, (String, std::io::Error)>;
 type HostSink = (Sender<Vec<Host>>, JoinHandle<std::io::Result<u64>>);
 
 pub struct Probe {
+    /// Kafka offsets to commit once the sinks have finished.
+    kafka_finals: Arc<Mutex<Vec<crate::kafka_source::FinalCommit>>>,
     shared: Vec<Arc<Shared>>,
     stop: Arc<AtomicBool>,
     shards: Vec<JoinHandle<ShardOutput>>,
@@ -234,6 +236,10 @@ impl Probe {
                 .map_err(|(path, source)| ProbeError::Output { path, source })?,
             None => Vec::new(),
         };
+        // Every sink wrote what it held: what the Kafka sources read is stored.
+        for c in std::mem::take(&mut *self.kafka_finals.lock().unwrap_or_else(|e| e.into_inner())) {
+            c.commit();
+        }
         // The flows file, when there is one, is the first sink.
         let flows_written = match (&sinks.first(), self.has_flows_file) {
             (Some(r), true) => r.records,
@@ -553,6 +559,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         let sink = (plan.make)().map_err(ProbeError::Config)?;
         sinks.push(QueuedSink::start(sink, plan.queue).map_err(queue_error)?);
     }
+    let sink_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sink_live: Arc<Vec<Arc<crate::sink_queue::SinkLive>>> =
         Arc::new(sinks.iter().map(QueuedSink::live).collect());
     let (sink_tx, sink) = if sinks.is_empty() {
@@ -680,6 +687,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
+            sink_sent: sink_sent.clone(),
             host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
@@ -722,6 +730,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
 
     let mut shard_handles = Vec::new();
     let mut receivers = Vec::new();
+    let kafka_finals = Arc::new(Mutex::new(Vec::new()));
     let collector_counters = Arc::new(CollectorCounters::default());
     let mut reader = None;
     let mut file_len = None;
@@ -823,23 +832,33 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             Input::Collect(sources) => {
                 let mut txs = Vec::new();
                 let (recycle_tx, recycle_rx) = bounded::<CollectedBatch>(per_input * 16);
+                let settlement = Arc::new(collect::Settlement::new(
+                    per_input,
+                    sink_sent.clone(),
+                    sink_live.clone(),
+                ));
                 for (i, ctx) in ctxs.drain(..).enumerate() {
                     let (tx, rx) = bounded::<CollectedBatch>(64);
                     txs.push(tx);
                     let recycle = recycle_tx.clone();
+                    let settlement = settlement.clone();
                     shard_handles.push(spawn(
                         format!("shard{}", first + i),
                         Box::new(move || {
-                            source::run(ctx, source::CollectedInput::new(rx, recycle))
+                            source::run(
+                                ctx,
+                                source::CollectedInput::new(rx, recycle, settlement, i),
+                            )
                         }),
                     )?);
                 }
                 for src in sources {
-                    let out = Dispatcher::new(txs.clone(), recycle_rx.clone());
+                    let out = Dispatcher::new(txs.clone(), recycle_rx.clone(), settlement.clone());
                     let (stop, counters) = (stop.clone(), collector_counters.clone());
                     let h = match src {
                         CollectSource::Kafka(k) => {
                             let consumer = k.connect().map_err(ProbeError::Config)?;
+                            let (settlement, finals) = (settlement.clone(), kafka_finals.clone());
                             let (format, commit_every) = (k.format, k.commit_every);
                             std::thread::Builder::new()
                                 .name("collect-kafka".into())
@@ -851,6 +870,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                         out,
                                         stop,
                                         counters,
+                                        settlement,
+                                        finals,
                                     )
                                 })
                         }
@@ -920,6 +941,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         series,
         host_cache,
         receivers,
+        kafka_finals,
         collector_counters,
         has_flows_file: cfg.flows_out.is_some(),
         dns: cfg.dpi.as_ref().map(|d| d.dns_cache.clone()),

@@ -6,7 +6,7 @@ use sonde_capture::{CaptureDrops, OfflineFilter};
 use sonde_dpi::Meta;
 use sonde_flow::{EndReason, Engine, FlowKey, FlowRecord, FlowRow, Host, ShardStats, Span};
 use sonde_wire::{Decoded, LinkType};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
@@ -93,6 +93,8 @@ pub(crate) struct ShardCtx {
     pub shared: Arc<Shared>,
     pub requests: Receiver<Request>,
     pub sink: Option<Sender<Vec<FlowRecord>>>,
+    /// Records every shard has handed to the sinks so far (shared by all shards).
+    pub sink_sent: Arc<AtomicU64>,
     /// Purged hosts, for `--hosts-out`.
     pub host_sink: Option<Sender<Vec<Host>>>,
     pub stop: Arc<AtomicBool>,
@@ -224,6 +226,7 @@ impl ShardCtx {
             return;
         }
         self.engine.take_expired(&mut self.records);
+        let n = self.records.len() as u64;
         match &self.sink {
             // Blocks when the sink is behind: a flow file must lose nothing. Sent in batches
             // of at most SINK_BATCH records, so that the sinks' queues (counted in batches)
@@ -245,6 +248,7 @@ impl ShardCtx {
             }
             None => self.records.clear(),
         }
+        self.sink_sent.fetch_add(n, Ordering::Release);
     }
 
     /// Asks the host cache about new hosts and gives returning ones their counters back.

@@ -19,7 +19,8 @@ type SinkThread = JoinHandle<Result<SinkReport, (String, io::Error)>>;
 
 /// A sink's counters while it runs (`/metrics`): records offered to its queue, dropped there,
 /// written by the sink, and what the destination could not take so far (in the sink's unit,
-/// [`RecordSink::dropped`]); `failed` once the sink has stopped on an error.
+/// [`RecordSink::dropped`]); `failed` once the sink has stopped on an error. `pending` is what
+/// the sink holds that is not at its destination yet ([`RecordSink::pending`]).
 #[derive(Debug, Default)]
 pub struct SinkLive {
     pub name: String,
@@ -27,7 +28,23 @@ pub struct SinkLive {
     pub queue_dropped: AtomicU64,
     pub written: AtomicU64,
     pub dropped: AtomicU64,
+    pub pending: AtomicU64,
     pub failed: AtomicBool,
+}
+
+impl SinkLive {
+    /// Records this sink is done with: at their destination, or dropped and counted. The
+    /// sink works in the order offered, so the first `settled()` records offered are done
+    /// (except that a batch dropped at a full queue counts before the batches queued ahead
+    /// of it are written: at most a queue's worth).
+    pub fn settled(&self) -> u64 {
+        // `written` first: the sink thread stores `pending` before adding to `written`, so
+        // a `written` seen here comes with its batch's `pending` or a later one (an
+        // undercount at worst, never an overcount).
+        let written = self.written.load(Ordering::Acquire);
+        let pending = self.pending.load(Ordering::Acquire);
+        (written + self.queue_dropped.load(Ordering::Acquire)).saturating_sub(pending)
+    }
 }
 
 pub struct QueuedSink {
@@ -61,18 +78,22 @@ impl QueuedSink {
                     match rx.recv_timeout(Duration::from_secs(1)) {
                         Ok(batch) => {
                             sink.write(&batch).map_err(|e| fail(&*sink, e))?;
+                            // Pending before written (see SinkLive::settled).
+                            counters.pending.store(sink.pending(), Ordering::Release);
                             counters
                                 .written
-                                .fetch_add(batch.len() as u64, Ordering::Relaxed);
+                                .fetch_add(batch.len() as u64, Ordering::Release);
                         }
                         Err(RecvTimeoutError::Timeout) => {
                             sink.idle().map_err(|e| fail(&*sink, e))?
                         }
                         Err(RecvTimeoutError::Disconnected) => break,
                     }
+                    counters.pending.store(sink.pending(), Ordering::Release);
                     counters.dropped.store(sink.dropped(), Ordering::Relaxed);
                 }
                 let report = sink.finish().map_err(|e| fail(&*sink, e))?;
+                counters.pending.store(0, Ordering::Release);
                 counters.dropped.store(report.dropped, Ordering::Relaxed);
                 Ok(report)
             },

@@ -27,6 +27,12 @@ pub trait RecordSink: Send {
     fn dropped(&self) -> u64 {
         0
     }
+    /// Records `write` took that are not at the destination yet (buffered for a batch, sent
+    /// but not acknowledged): what a crash now would lose. A consumer commits its input only
+    /// for records past this (see the Kafka source).
+    fn pending(&self) -> u64 {
+        0
+    }
 }
 
 /// What a sink delivered.

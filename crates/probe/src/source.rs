@@ -329,14 +329,27 @@ pub(crate) struct CollectedInput {
     /// The engine's clock at the last batch and when that was (none before the first record:
     /// the wall clock would run ahead of replayed records).
     pub base: Option<(u64, Instant)>,
+    /// Where this shard says how many records it is done with, and its index there.
+    settlement: Arc<crate::collect::Settlement>,
+    shard: usize,
+    /// Records of the batches fed so far.
+    fed: u64,
 }
 
 impl CollectedInput {
-    pub fn new(rx: Receiver<CollectedBatch>, recycle: Sender<CollectedBatch>) -> CollectedInput {
+    pub fn new(
+        rx: Receiver<CollectedBatch>,
+        recycle: Sender<CollectedBatch>,
+        settlement: Arc<crate::collect::Settlement>,
+        shard: usize,
+    ) -> CollectedInput {
         CollectedInput {
             rx,
             recycle,
             base: None,
+            settlement,
+            shard,
+            fed: 0,
         }
     }
 
@@ -348,8 +361,12 @@ impl CollectedInput {
 
 impl ShardSource for CollectedInput {
     fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        // The loop ran housekeeping after the last batch (every batch): its ended flows are
+        // with the sinks.
+        self.settlement.handled[self.shard].store(self.fed, Ordering::Release);
         match self.rx.recv_timeout(Duration::from_millis(200)) {
             Ok(mut b) => {
+                self.fed += (b.flows.len() + b.samples.len()) as u64;
                 let now = self.clock().unwrap_or_else(wall_ns);
                 ctx.engine.ingest_flows(&b.flows, now);
                 for s in &b.samples {

@@ -143,6 +143,13 @@ impl Engine {
         }
         self.stats.collected_packets += c.packets + c.rev_packets;
         self.stats.collected_bytes += c.bytes + c.rev_bytes;
+        if c.ended {
+            let reason = c
+                .end_reason
+                .and_then(|n| crate::EndReason::ALL.into_iter().find(|r| *r as u8 == n))
+                .unwrap_or(crate::EndReason::IdleTimeout);
+            self.remove(slot, reason);
+        }
     }
 
     /// Accounts one sFlow packet sample: its header goes through the packet decoder, then it
