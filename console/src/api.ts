@@ -8,6 +8,18 @@ export interface Me {
   auth: boolean;
 }
 
+/** A flow output (file, IPFIX, Kafka, ClickHouse, …) and its counters (`/api/v1/sinks`). */
+export interface Sink {
+  name: string;
+  offered: number;
+  queue_dropped: number;
+  written: number;
+  /** Held, not at the destination yet (buffered while it is away, not acknowledged). */
+  pending: number;
+  dropped: number;
+  failed: boolean;
+}
+
 export interface Interface {
   source: string;
   packets: number;
@@ -437,6 +449,7 @@ export const api = {
   login: (user: string, password: string) => request<Me>('POST', '/api/v1/login', { user, password }),
   logout: () => request<void>('POST', '/api/v1/logout'),
   iface: (signal?: AbortSignal) => request<Interface>('GET', '/api/v1/interface', undefined, signal),
+  sinks: (signal?: AbortSignal) => request<{ sinks: Sink[] }>('GET', '/api/v1/sinks', undefined, signal),
   hosts: (params: Params, signal?: AbortSignal) =>
     request<{ total: number; offset: number; limit: number; hosts: Host[] }>('GET', `/api/v1/hosts${query(params)}`, undefined, signal),
   host: (ip: string, signal?: AbortSignal) =>
@@ -449,7 +462,7 @@ export const api = {
   series: (params: Params, signal?: AbortSignal) => request<Series>('GET', `/api/v1/series${query(params)}`, undefined, signal),
   historyFlows: (params: Params, signal?: AbortSignal) =>
     request<{ flows: StoredFlow[]; offset: number; limit: number; more: boolean }>('GET', `/api/v1/history/flows${query(params)}`, undefined, signal),
-  historyTop: (what: 'hosts' | 'apps', params: Params, signal?: AbortSignal) =>
+  historyTop: (what: 'hosts' | 'apps' | 'exporters', params: Params, signal?: AbortSignal) =>
     request<{ rows: HistoryRow[] }>('GET', `/api/v1/history/top/${what}${query(params)}`, undefined, signal),
   interval: (signal?: AbortSignal) => request<IntervalAnswer>('GET', '/api/v1/interval', undefined, signal),
   historyIntervalTop: <R>(list: TopList, params: Params, signal?: AbortSignal) =>

@@ -8,7 +8,8 @@ import { ARTIFACTS, CORPUS, login, screenshot, useSondeAndBrowser, waitFor } fro
 // 59 s of Telegram traffic with 24 hosts: packets in nearly every second.
 const CAPTURE = path.join(CORPUS, 'telegram.pcap');
 
-const env = useSondeAndBrowser(CAPTURE);
+// A flow output, for the Interface page's outputs card.
+const env = useSondeAndBrowser(CAPTURE, ['--flows-out', '/dev/null']);
 
 /** The chart canvas's pixels, as a hash-free copy to compare. */
 const pixels = (page) =>
@@ -84,6 +85,9 @@ test('deep links: a filtered hosts list, the interface and applications pages', 
   await page.goto(`${env.sonde.url}/#/interface`);
   await waitFor(async () => Number(await page.locator('td[data-counter="packets"] data').getAttribute('value')) > 0, { what: 'interface counters' });
   await page.locator('td[data-counter="capture_dropped"] data').waitFor();
+  // The flow outputs: the flows file, taking what it is given.
+  await waitFor(async () => (await page.locator('#sinks tbody tr').allTextContents()).some((t) => t.includes("flows file '/dev/null'")), { what: 'the flows file among the outputs' });
+  assert.equal(await page.locator('#sinks [data-sink-state]').first().getAttribute('data-sink-state'), 'ok');
   await page.waitForTimeout(2500);
   await screenshot(page, 'interface');
 

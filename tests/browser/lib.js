@@ -193,11 +193,11 @@ export function tsharkEndpoints(file) {
  * users file in it, and a browser; all started before the file's tests and stopped after them.
  * Returns an object whose `sonde`, `b` and `tmp` are filled in by then.
  */
-export function useSondeAndBrowser(capture) {
+export function useSondeAndBrowser(capture, args = []) {
   const env = {};
   before(async () => {
     env.tmp = tmpdir();
-    env.sonde = await startSonde({ capture, usersFile: path.join(env.tmp.dir, 'users') });
+    env.sonde = await startSonde({ capture, usersFile: path.join(env.tmp.dir, 'users'), args });
     env.b = await startBrowser();
   });
   after(async () => {

@@ -129,7 +129,7 @@ def test_api_answers_equal_tshark_and_the_engine(served):
     assert m['sonde_flows_active{shard="0"}'] == flows["total"]
     # The OpenAPI document lists every endpoint.
     doc = _json(base, "/api/v1/openapi.json")
-    assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/hosts",
+    assert set(doc["paths"]) == {"/api/v1/health", "/api/v1/interface", "/api/v1/sinks", "/api/v1/hosts",
                                  "/api/v1/flows", "/api/v1/hosts/{ip}", "/api/v1/top/{what}",
                                  "/api/v1/series", "/api/v1/events", "/metrics",
                                  "/api/v1/history/flows", "/api/v1/history/top/{what}",

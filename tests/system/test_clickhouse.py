@@ -250,8 +250,10 @@ def test_a_server_outage_loses_nothing(sonde_bin, corpus, tmp_path):
     """ClickHouse is killed (SIGKILL) in the middle of a run and started again 5 s later: a
     collecting sonde inserting into it keeps running; the rows of the outage stay buffered and
     are inserted after the restart. At the end the table holds every record --flows-out
-    wrote, and the report says none dropped."""
+    wrote, and the report says none dropped. While the server is away, /api/v1/sinks (the
+    console's Interface page) and /metrics show the rows pending; after, none."""
     import socket
+    from conftest import free_port
     cdir = tmp_path / "server"
     start = [str(REPO / "scripts" / "clickhouse-server.sh"), str(cdir)]
     out = subprocess.run(start, capture_output=True, text=True, timeout=120)
@@ -262,11 +264,26 @@ def test_a_server_outage_loses_nothing(sonde_bin, corpus, tmp_path):
     port = s.getsockname()[1]
     s.close()
     flows, stats = tmp_path / "flows.jsonl", tmp_path / "stats.json"
+    web = free_port()
     upper = subprocess.Popen(
         [str(sonde_bin), "--collect", f"udp://127.0.0.1:{port}", "--export",
          f"clickhouse://{http}/outage", "--flows-out", str(flows), "--stats-json", str(stats),
-         "--idle-timeout", "1", "--active-timeout", "1", "-q"],
+         "--idle-timeout", "1", "--active-timeout", "1", "--http", f"127.0.0.1:{web}",
+         "--no-auth", "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+
+    def sink():
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/api/v1/sinks", timeout=10) as r:
+            return next(s for s in json.loads(r.read())["sinks"]
+                        if s["name"].startswith("clickhouse"))
+
+    def pending_metric():
+        with urllib.request.urlopen(f"http://127.0.0.1:{web}/metrics", timeout=10) as r:
+            m = re.search(r'sonde_sink_pending_records\{sink="clickhouse[^"]*"\} (\d+)',
+                          r.read().decode())
+        assert m, "the pending gauge is exported"
+        return int(m.group(1))
+
     try:
         time.sleep(1)
 
@@ -281,10 +298,19 @@ def test_a_server_outage_loses_nothing(sonde_bin, corpus, tmp_path):
         os.kill(int(pid), signal.SIGKILL)
         send(PCAP)
         time.sleep(5)
+        away = sink()
+        assert away["pending"] > 100 and not away["failed"], away
+        assert pending_metric() == away["pending"] or pending_metric() > 0
         out = subprocess.run(start, capture_output=True, text=True, timeout=120)
         assert out.returncode == 0, out.stderr
         pid = re.search(r"PID=(\d+)", out.stdout).group(1)
         time.sleep(3)
+        deadline = time.time() + 40
+        while sink()["pending"] > 0:
+            assert time.time() < deadline, sink()
+            time.sleep(1)
+        back = sink()
+        assert back["written"] >= away["pending"] and back["dropped"] == 0, back
     finally:
         upper.send_signal(signal.SIGINT)
         _, err = upper.communicate(timeout=120)

@@ -1,7 +1,8 @@
-// The history on disk (--data-dir): the flows that ended in a time range, oldest first and paged,
-// and the hosts and applications with the most traffic over the same range and filters. The
-// range and every filter are in the URL: #/history?range=24h&port=53&proto=udp, or
-// #/history?from=2026-11-23T08:00:00Z&to=-2h&app=TLS.
+// The history on disk (--data-dir), or in ClickHouse (--history clickhouse://…, every probe's):
+// the flows that ended in a time range, oldest first and paged, and the hosts and applications
+// with the most traffic over the same range and filters. The range and every filter are in the
+// URL: #/history?range=24h&port=53&proto=udp, or #/history?from=2026-11-23T08:00:00Z&to=-2h&app=TLS.
+// With several probes in ClickHouse, a Probe field picks one (exporter=).
 
 import { api, ApiError, type HistoryRow, type StoredFlow } from '../api';
 import { card, el, heading, link } from '../dom';
@@ -14,7 +15,7 @@ import type { View } from './view';
 
 const LIMIT = 50;
 const TOP = 10;
-const FILTERS = ['host', 'port', 'proto', 'app'] as const;
+const FILTERS = ['host', 'port', 'proto', 'app', 'exporter'] as const;
 type Field = (typeof FILTERS)[number] | 'from' | 'to';
 
 const NO_HISTORY = 'sonde keeps no history: start it with --data-dir DIR to keep every flow and the traffic over time on disk.';
@@ -37,6 +38,7 @@ export const history: View = (root, route, ctx) => {
     port: p.get('port') ?? '',
     proto: p.get('proto') ?? '',
     app: p.get('app') ?? '',
+    exporter: p.get('exporter') ?? '',
     offset: Math.max(0, Number(p.get('offset')) || 0),
   };
 
@@ -47,12 +49,13 @@ export const history: View = (root, route, ctx) => {
     port: state.port,
     proto: state.proto,
     app: state.app,
+    exporter: state.exporter,
   });
   /** The page's parameters in the URL (the default range, 1h, left out). */
   const urlParams = (change: Partial<Record<Field, string>> = {}) => {
     const custom = state.range === 'custom';
-    const { host, port, proto, app } = state;
-    return { range: custom || state.range === '1h' ? undefined : state.range, from: custom ? state.from : undefined, to: custom ? state.to : undefined, host, port, proto, app, ...change };
+    const { host, port, proto, app, exporter } = state;
+    return { range: custom || state.range === '1h' ? undefined : state.range, from: custom ? state.from : undefined, to: custom ? state.to : undefined, host, port, proto, app, exporter, ...change };
   };
   /** A link to this page with another filter (an application), from the first page. */
   const here = (change: Partial<Record<Field, string>>) => href('history', '', urlParams(change));
@@ -106,6 +109,20 @@ export const history: View = (root, route, ctx) => {
   const proto = el('select', { id: 'history-proto', name: 'proto' }, el('option', { value: '' }, 'any'), ...['tcp', 'udp', 'icmp', 'icmpv6', 'sctp'].map((v) => el('option', { value: v }, v.toUpperCase())));
   if (![...proto.options].some((o) => o.value === state.proto)) proto.append(el('option', { value: state.proto }, state.proto));
   proto.value = state.proto;
+  // The probes (exporters) of a ClickHouse history; hidden when the history is this sonde's own.
+  const probe = el('select', { id: 'history-exporter', name: 'exporter' }, el('option', { value: '' }, 'all'));
+  if (state.exporter) probe.append(el('option', { value: state.exporter }, state.exporter));
+  probe.value = state.exporter;
+  const probeField = el('div', { class: 'field', hidden: '' }, el('label', { for: probe.id }, 'Probe'), probe);
+  if (state.exporter) probeField.hidden = false;
+  void api.historyTop('exporters', { limit: 100 }).then(
+    (r) => {
+      const names = r.rows.map((x) => x.name).filter((n) => n && n !== state.exporter);
+      probe.append(...names.map((n) => el('option', { value: n }, n)));
+      probeField.hidden = names.length === 0 && !state.exporter;
+    },
+    () => undefined,
+  );
   const form = el(
     'form',
     { class: 'filters', role: 'search', 'aria-label': 'Filter the history' },
@@ -116,6 +133,7 @@ export const history: View = (root, route, ctx) => {
     text('port', 'Port', '443', 'numeric'),
     el('div', { class: 'field' }, el('label', { for: proto.id }, 'Protocol'), proto),
     text('app', 'Application', 'TLS, DNS, Google…'),
+    probeField,
     el('button', { type: 'submit' }, 'Apply'),
     el('button', { type: 'reset' }, 'Clear'),
   );

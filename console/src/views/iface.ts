@@ -2,13 +2,13 @@
 // capture's kernel buffer, by the interface), with live rates and drops per second, and with
 // --data-dir its traffic over the stored series.
 
-import { api, subscribe, type Interface } from '../api';
+import { api, subscribe, type Interface, type Sink } from '../api';
 import { TimeChart } from '../chart';
 import { card, el, heading } from '../dom';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { seriesCard } from '../series';
-import { num } from '../table';
+import { num, table } from '../table';
 import { stopAll, type View } from './view';
 
 const ROWS: [keyof Interface, string, (n: number) => string, string][] = [
@@ -52,11 +52,27 @@ export const iface: View = (root, _route, ctx) => {
     el('thead', {}, el('tr', {}, el('th', { scope: 'col' }, 'Counter'), el('th', { scope: 'col', class: 'num' }, 'Value'), el('th', { scope: 'col' }, 'What'))),
     tbody,
   );
+  // The flow outputs: an outage shows as records pending (buffered) and then dropped.
+  const state = (s: Sink) => (s.failed ? 'failed' : s.dropped + s.queue_dropped > 0 ? 'dropping' : s.pending > 0 ? 'buffering' : 'ok');
+  const sinksT = table<Sink>({
+    caption: 'Flow outputs',
+    hideCaption: true,
+    columns: [
+      { label: 'Output', cell: (s) => s.name },
+      { label: 'Written', numeric: true, cell: (s) => num(s.written, fmt.count(s.written)) },
+      { label: 'Pending', numeric: true, cell: (s) => num(s.pending, fmt.count(s.pending)) },
+      { label: 'Dropped', numeric: true, cell: (s) => num(s.dropped + s.queue_dropped, fmt.count(s.dropped + s.queue_dropped)) },
+      { label: 'State', cell: (s) => el('span', { class: s.failed || s.dropped + s.queue_dropped > 0 ? 'error' : 'muted', 'data-sink-state': state(s) }, state(s)) },
+    ],
+    empty: 'No flow output (--flows-out, --export).',
+    className: 'data sinks',
+  });
   root.append(
     heading('Interface', source),
     el('section', { class: 'card wide', 'aria-labelledby': 'if-rate' }, el('h2', { id: 'if-rate' }, 'Packets and drops'), chart.el),
     ...(long ? [long.el] : []),
     card('Counters', el('div', { class: 'table-wrap' }, counters)),
+    card('Flow outputs', el('div', { class: 'table-wrap', id: 'sinks' }, sinksT.el)),
   );
 
   let lastDropped: number | null = null;
@@ -72,6 +88,7 @@ export const iface: View = (root, _route, ctx) => {
       const v = i[k] as number;
       cells.get(k)?.replaceChildren(num(v, f(v)));
     }
+    sinksT.update((await api.sinks(signal)).sinks);
   }, 2000);
   return stopAll(unsubscribe, stopPoll, () => chart.destroy(), long?.stop);
 };

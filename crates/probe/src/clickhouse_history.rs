@@ -62,9 +62,8 @@ impl ClickHouseHistory {
         } else {
             format!("{base}?{}", rest.join("&"))
         };
-        let mut target =
+        let target =
             ClickHouseTarget::parse(&joined).map_err(|e| e.replacen("--export", "--history", 1))?;
-        target.text = url.to_string();
         if target.retention_days.is_some() {
             return Err(format!(
                 "--history '{url}': retention_days is an --export option (the writer keeps it)"
@@ -83,9 +82,9 @@ impl ClickHouseHistory {
         h.ask(&format!("SELECT count() FROM {} WHERE 0", h.table))
             .map_err(|e| {
                 format!(
-                    "--history '{url}': cannot read {} (is ClickHouse up on its HTTP port, and \
+                    "--history '{}': cannot read {} (is ClickHouse up on its HTTP port, and \
                      has a sonde written there with --export clickhouse://?): {e}",
-                    h.table
+                    h.target.text, h.table
                 )
             })?;
         Ok(h)
@@ -203,8 +202,8 @@ impl ClickHouseHistory {
 
     /// Traffic per `step` seconds by flow start (a flow's traffic counts at its start): the
     /// start of each step with data, and bytes in, bytes out, packets in, packets out, flows.
-    /// In and out are seen from `of`: the host's received and sent for a host, client to
-    /// server and back otherwise.
+    /// In and out are seen from `of`, as in the local series: the host's received and sent
+    /// for a host, server to client and client to server otherwise.
     pub fn series(
         &self,
         filter: &Filter,
@@ -278,12 +277,13 @@ pub enum SeriesOf {
     App(String),
 }
 
+/// In and out as the local series count them: in is server to client, out client to server.
 fn totals_in_out() -> (String, String, String, String) {
     (
-        "sum(in_bytes)".into(),
         "sum(out_bytes)".into(),
-        "sum(in_packets)".into(),
+        "sum(in_bytes)".into(),
         "sum(out_packets)".into(),
+        "sum(in_packets)".into(),
     )
 }
 

@@ -70,6 +70,20 @@ impl ClickHouseTarget {
             password: None,
             text: s.to_string(),
         };
+        // The URL as shown (messages, /metrics, the console): without the password.
+        if query.split('&').any(|p| p.starts_with("password=")) {
+            let shown: Vec<&str> = query
+                .split('&')
+                .map(|p| {
+                    if p.starts_with("password=") {
+                        "password=***"
+                    } else {
+                        p
+                    }
+                })
+                .collect();
+            t.text = format!("clickhouse://{path}?{}", shown.join("&"));
+        }
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=').unwrap_or((pair, "")) {
                 ("retention_days", v) => {
@@ -789,6 +803,9 @@ mod tests {
             ("http://127.0.0.1:8123/", "flowdb")
         );
         assert_eq!(t.retention_days, Some(30));
+        let t = ClickHouseTarget::parse("clickhouse://h:8123/db?user=u&password=secret").unwrap();
+        assert_eq!(t.password.as_deref(), Some("secret"));
+        assert!(!t.text.contains("secret"), "{}", t.text);
         assert_eq!(
             ClickHouseTarget::parse("clickhouse://h:8123").unwrap().db,
             "sonde"

@@ -227,6 +227,7 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
     Router::new()
         .route("/api/v1/health", get(health))
         .route("/api/v1/interface", get(interface))
+        .route("/api/v1/sinks", get(sinks))
         .route("/api/v1/hosts", get(hosts))
         .route("/api/v1/flows", get(flows))
         .route("/api/v1/hosts/{ip}", get(host))
@@ -1046,6 +1047,30 @@ async fn metrics(State(s): Shared) -> Response {
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 
+/// `GET /api/v1/sinks`: every flow output (file, IPFIX, Kafka, ClickHouse, …) with its
+/// counters: what it was offered, dropped at its queue, wrote, holds not yet stored (an
+/// outage buffers there), could not deliver, and whether it stopped on an error.
+async fn sinks(State(s): Shared) -> Json<Value> {
+    use std::sync::atomic::Ordering::Relaxed;
+    let rows: Vec<Value> = s
+        .view
+        .sinks()
+        .iter()
+        .map(|l| {
+            json!({
+                "name": l.name,
+                "offered": l.offered.load(Relaxed),
+                "queue_dropped": l.queue_dropped.load(Relaxed),
+                "written": l.written.load(Relaxed),
+                "pending": l.pending.load(Relaxed),
+                "dropped": l.dropped.load(Relaxed),
+                "failed": l.failed.load(Relaxed),
+            })
+        })
+        .collect();
+    Json(json!({ "sinks": rows }))
+}
+
 /// Every flow sink's counters while it runs, labelled by the sink's name (a URL or a path:
 /// quotes and backslashes escaped as the exposition format asks).
 fn sink_metrics(out: &mut String, sinks: &[std::sync::Arc<sonde_probe::sink_queue::SinkLive>]) {
@@ -1057,11 +1082,12 @@ fn sink_metrics(out: &mut String, sinks: &[std::sync::Arc<sonde_probe::sink_queu
             .replace('\n', " ")
     };
     type Get = fn(&sonde_probe::sink_queue::SinkLive) -> u64;
-    let families: [(&str, &str, &str, Get); 5] = [
+    let families: [(&str, &str, &str, Get); 6] = [
         ("sink_offered_records_total", "counter", "Records offered to the sink's queue.", |l| l.offered.load(Relaxed)),
         ("sink_queue_dropped_records_total", "counter", "Records dropped because the sink's queue was full or the sink had failed.", |l| l.queue_dropped.load(Relaxed)),
         ("sink_written_records_total", "counter", "Records the sink took.", |l| l.written.load(Relaxed)),
         ("sink_dropped_total", "counter", "What the destination could not take (failed deliveries, rows not stored), in the sink's unit.", |l| l.dropped.load(Relaxed)),
+        ("sink_pending_records", "gauge", "Records the sink holds that are not at the destination yet (buffered during an outage, not yet acknowledged).", |l| l.pending.load(Relaxed)),
         ("sink_failed", "gauge", "1 when the sink stopped on an error.", |l| l.failed.load(Relaxed) as u64),
     ];
     for (name, kind, help, get) in families {
