@@ -49,37 +49,28 @@ struct View<'a> {
     c: usize,
 }
 
-impl View<'_> {
+impl<'a> View<'a> {
+    fn of(f: &'a Flow) -> View<'a> {
+        View {
+            f,
+            c: f.client_dir(),
+        }
+    }
     fn s(&self) -> usize {
         1 - self.c
     }
-    fn client_addr(&self) -> &[u8; 16] {
-        if self.c == 0 {
-            &self.f.key.addr_a
-        } else {
-            &self.f.key.addr_b
-        }
+    fn client_addr(&self) -> &'a [u8; 16] {
+        self.f.ends().client_addr
     }
-    fn server_addr(&self) -> &[u8; 16] {
-        if self.c == 0 {
-            &self.f.key.addr_b
-        } else {
-            &self.f.key.addr_a
-        }
+    fn server_addr(&self) -> &'a [u8; 16] {
+        self.f.ends().server_addr
     }
     fn ports(&self) -> (u16, u16) {
-        if self.c == 0 {
-            (self.f.key.port_a, self.f.key.port_b)
-        } else {
-            (self.f.key.port_b, self.f.key.port_a)
-        }
+        let e = self.f.ends();
+        (e.client_port, e.server_port)
     }
-    fn macs(&self) -> (&[u8; 6], &[u8; 6]) {
-        if self.c == 0 {
-            (&self.f.mac_a, &self.f.mac_b)
-        } else {
-            (&self.f.mac_b, &self.f.mac_a)
-        }
+    fn macs(&self) -> ([u8; 6], [u8; 6]) {
+        self.f.macs()
     }
 }
 
@@ -108,10 +99,7 @@ fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) 
 /// The fields sonde itself knows for a record.
 fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
     let f = &r.flow;
-    let v = View {
-        f,
-        c: f.client_dir(),
-    };
+    let v = View::of(f);
     let s = v.s();
     let mut buf = String::with_capacity(48);
     let mut put = |name: &str, buf: &mut String, is_str: bool| {
@@ -169,9 +157,9 @@ fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
     let _ = write!(buf, "{}", f.icmp_type_code);
     put("ICMP_TYPE", &mut buf, false);
     let (cm, sm) = v.macs();
-    format_mac(&mut buf, cm);
+    format_mac(&mut buf, &cm);
     put("IN_SRC_MAC", &mut buf, true);
-    format_mac(&mut buf, sm);
+    format_mac(&mut buf, &sm);
     put("IN_DST_MAC", &mut buf, true);
     buf.push_str(f.tunnel.name());
     put("TUNNEL", &mut buf, true);
@@ -280,10 +268,7 @@ pub fn push_csv_cell(line: &mut String, v: &str) {
 /// JSON output.
 pub fn export_flow(r: &FlowRecord) -> sonde_flowproto::ExportFlow {
     let f = &r.flow;
-    let v = View {
-        f,
-        c: f.client_dir(),
-    };
+    let v = View::of(f);
     let (s, c) = (v.s(), v.c);
     let (sport, dport) = v.ports();
     let (cm, sm) = v.macs();
@@ -305,8 +290,8 @@ pub fn export_flow(r: &FlowRecord) -> sonde_flowproto::ExportFlow {
         rev_tcp_flags: f.tcp_flags[s],
         tos: f.tos,
         vlan: f.key.vlan,
-        src_mac: *cm,
-        dst_mac: *sm,
+        src_mac: cm,
+        dst_mac: sm,
         icmp_type_code: f.icmp_type_code,
         // One number: the application when known (nDPI numbers both in one space), else the
         // protocol; the name says both (`TLS.Google`).

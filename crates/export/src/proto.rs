@@ -87,25 +87,9 @@ fn addr_bytes(addr: &[u8; 16], ip_version: u8) -> Vec<u8> {
 pub fn message(r: &FlowRecord) -> FlowMessage {
     let f = &r.flow;
     let (c, s) = (f.client_dir(), 1 - f.client_dir());
-    let (ca, sa, cp, sp, cm, sm) = if c == 0 {
-        (
-            &f.key.addr_a,
-            &f.key.addr_b,
-            f.key.port_a,
-            f.key.port_b,
-            f.mac_a,
-            f.mac_b,
-        )
-    } else {
-        (
-            &f.key.addr_b,
-            &f.key.addr_a,
-            f.key.port_b,
-            f.key.port_a,
-            f.mac_b,
-            f.mac_a,
-        )
-    };
+    let e = f.ends();
+    let (ca, sa, cp, sp) = (e.client_addr, e.server_addr, e.client_port, e.server_port);
+    let (cm, sm) = f.macs();
     let mut meta = BTreeMap::new();
     if let Some(m) = r.meta.as_deref() {
         // The record's own fields win over a producer's extra pair of the same name.

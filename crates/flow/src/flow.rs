@@ -242,6 +242,11 @@ impl FlowRow {
     pub fn client_dir(&self) -> Dir {
         usize::from(!self.client_is_a)
     }
+
+    /// Addresses and ports seen from the client.
+    pub fn ends(&self) -> crate::key::Ends<'_> {
+        self.key.ends(self.client_dir())
+    }
 }
 
 /// A flow as handed to sinks when it ends (or reaches its active timeout).
@@ -330,6 +335,20 @@ impl Flow {
             0
         } else {
             1
+        }
+    }
+
+    /// Addresses and ports seen from the client.
+    pub fn ends(&self) -> crate::key::Ends<'_> {
+        self.key.ends(self.client_dir())
+    }
+
+    /// The client's and the server's MAC addresses.
+    pub fn macs(&self) -> ([u8; 6], [u8; 6]) {
+        if self.client_is_a {
+            (self.mac_a, self.mac_b)
+        } else {
+            (self.mac_b, self.mac_a)
         }
     }
 

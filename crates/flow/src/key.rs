@@ -34,7 +34,36 @@ impl std::hash::Hash for FlowKey {
     }
 }
 
+/// A flow key seen from its client: what every output writes as source and destination.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Ends<'a> {
+    pub client_addr: &'a [u8; 16],
+    pub server_addr: &'a [u8; 16],
+    pub client_port: u16,
+    pub server_port: u16,
+}
+
 impl FlowKey {
+    /// The key seen from the client, whose direction is `client` (0: a sent first).
+    #[inline]
+    pub fn ends(&self, client: Dir) -> Ends<'_> {
+        if client == 0 {
+            Ends {
+                client_addr: &self.addr_a,
+                server_addr: &self.addr_b,
+                client_port: self.port_a,
+                server_port: self.port_b,
+            }
+        } else {
+            Ends {
+                client_addr: &self.addr_b,
+                server_addr: &self.addr_a,
+                client_port: self.port_b,
+                server_port: self.port_a,
+            }
+        }
+    }
+
     #[inline(always)]
     fn words(&self) -> [u64; 5] {
         let w = |b: &[u8; 16], i: usize| {

@@ -25,6 +25,6 @@ pub use engine::{
 };
 pub use flow::{EndReason, Flow, FlowRecord, FlowRow};
 pub use host::{Host, HostTable};
-pub use key::FlowKey;
+pub use key::{Ends, FlowKey};
 pub use series::{AppKey, ExporterKey, Gauges, IntervalCounts, SeriesTick};
 pub use stats::{DropReason, ShardStats};

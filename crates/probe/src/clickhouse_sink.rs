@@ -644,11 +644,8 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
 pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
     let f = &r.flow;
     let (c, s) = (f.client_dir(), 1 - f.client_dir());
-    let (ca, sa, cp, sp) = if c == 0 {
-        (&f.key.addr_a, &f.key.addr_b, f.key.port_a, f.key.port_b)
-    } else {
-        (&f.key.addr_b, &f.key.addr_a, f.key.port_b, f.key.port_a)
-    };
+    let e = f.ends();
+    let (ca, sa, cp, sp) = (e.client_addr, e.server_addr, e.client_port, e.server_port);
     let secs = |ns: u64| (ns / 1_000_000_000).min(u32::MAX as u64) as u32;
     out.extend_from_slice(&((f.first_ns / 86_400_000_000_000) as u16).to_le_bytes());
     out.extend_from_slice(&secs(f.first_ns).to_le_bytes());
@@ -716,11 +713,7 @@ pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
     ] {
         out.extend_from_slice(&n.to_le_bytes());
     }
-    let (cm, sm) = if c == 0 {
-        (f.mac_a, f.mac_b)
-    } else {
-        (f.mac_b, f.mac_a)
-    };
+    let (cm, sm) = f.macs();
     out.extend_from_slice(&cm);
     out.extend_from_slice(&sm);
     put_str(out, f.tunnel.name());

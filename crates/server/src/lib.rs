@@ -571,11 +571,8 @@ async fn flows_json(view: &ProbeView, page: Vec<FlowRow>) -> Result<Vec<Value>, 
 fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
     let c = f.client_dir();
     let s = 1 - c;
-    let (ca, sa, cp, sp) = if c == 0 {
-        (&f.key.addr_a, &f.key.addr_b, f.key.port_a, f.key.port_b)
-    } else {
-        (&f.key.addr_b, &f.key.addr_a, f.key.port_b, f.key.port_a)
-    };
+    let e = f.ends();
+    let (ca, sa, cp, sp) = (e.client_addr, e.server_addr, e.client_port, e.server_port);
     json!({
         "client": addr_text(ca, f.key.ip_version),
         "client_port": cp,
@@ -819,11 +816,7 @@ async fn host(
         fl.push(f);
         tally(&mut peers, addr_text(peer, k.ip_version), f);
         tally(&mut apps, app_name(f), f);
-        let sp = if f.client_dir() == 0 {
-            f.key.port_b
-        } else {
-            f.key.port_a
-        };
+        let sp = f.ends().server_port;
         tally(&mut ports, format!("{}/{}", sp, f.key.proto), f);
     }
     fl.sort_by(|a, b| (b.bytes[0] + b.bytes[1]).cmp(&(a.bytes[0] + a.bytes[1])));
@@ -896,11 +889,7 @@ async fn top(
         "ports" => {
             let mut t = HashMap::new();
             for f in snap.flows() {
-                let sp = if f.client_dir() == 0 {
-                    f.key.port_b
-                } else {
-                    f.key.port_a
-                };
+                let sp = f.ends().server_port;
                 tally(&mut t, (sp, f.key.proto), f);
             }
             ranked(top_n(t, n, |(p, proto)| format!("{p}/{proto}")), "port", n)
