@@ -6,13 +6,14 @@
 //!
 //! Usage: sonde-bench [--quick] [--out FILE] [--sonde PATH] [--data-dir DIR] [--no-peers]
 //!                    [--only grid,memory,dpi,peers,collect,scaling,attack,series,history,api,
-//!                            analytics,detect]
+//!                            analytics,detect,history-clickhouse]
 //!                    [--repeats N]
 
 use serde_json::Value;
 
 mod analytics_bench;
 mod api_bench;
+mod clickhouse_bench;
 mod detect_bench;
 mod history_bench;
 mod series_bench;
@@ -28,7 +29,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-const SECTIONS: [&str; 12] = [
+const SECTIONS: [&str; 13] = [
     "grid",
     "memory",
     "dpi",
@@ -41,7 +42,11 @@ const SECTIONS: [&str; 12] = [
     "api",
     "analytics",
     "detect",
+    "history-clickhouse",
 ];
+/// Sections that run only when `--only` names them: they need a ClickHouse server and take many
+/// minutes.
+const OPT_IN: [&str; 1] = ["history-clickhouse"];
 const GIB: u64 = 1024 * 1024 * 1024;
 const SONDE_LIMIT: Duration = Duration::from_secs(600);
 const PEER_LIMIT: Duration = Duration::from_secs(600);
@@ -71,7 +76,11 @@ fn parse_args() -> Opts {
     let mut out = None;
     let mut sonde = None;
     let mut data_dir = PathBuf::from("bench-data");
-    let mut only: Vec<String> = SECTIONS.iter().map(|s| s.to_string()).collect();
+    let mut only: Vec<String> = SECTIONS
+        .iter()
+        .filter(|s| !OPT_IN.contains(s))
+        .map(|s| s.to_string())
+        .collect();
     let mut repeats = None;
     let mut no_peers = false;
     let mut args = std::env::args().skip(1);
@@ -1630,6 +1639,20 @@ fn main() {
                 .unwrap_or_else(|e| {
                     format!("## 12. DDoS detection side by side with FastNetMon\n\nfailed: {e}\n")
                 });
+                b.emit(&text);
+            }
+            "history-clickhouse" => {
+                b.progress(
+                    "history-clickhouse: History questions, ClickHouse beside the local store",
+                );
+                let text =
+                    clickhouse_bench::run(b.opts.quick, b.opts.repeats, &b.opts.sonde, &b.scratch)
+                        .unwrap_or_else(|e| {
+                            format!(
+                        "## 15. Flow history queries: ClickHouse beside the local store\n\n\
+                         failed: {e}\n"
+                    )
+                        });
                 b.emit(&text);
             }
             _ => unreachable!(),
