@@ -129,12 +129,19 @@ def _collect(sonde, workdir, url, name):
     return oracle.load_jsonl(str(flows)), json.loads(stats.read_text())
 
 
-@pytest.mark.parametrize("fmt", ["json", "protobuf"])
-def test_a_sonde_collects_what_another_produced(fmt, kafka, sonde, corpus, workdir):
+@pytest.mark.parametrize("fmt,per_message", [("json", 1), ("protobuf", 1), ("json", 16),
+                                             ("protobuf", 16)])
+def test_a_sonde_collects_what_another_produced(fmt, per_message, kafka, sonde, corpus, workdir):
+    """One flow per message, or 16 (a JSON array, a protobuf FlowBatch): the collector reads
+    the same flows."""
     if not (corpus / PCAP).exists():
         pytest.skip(f"{PCAP} not in the corpus")
-    topic = f"collect-{fmt}"
-    sent = _export(sonde, corpus / PCAP, workdir, f"kafka://{kafka}/{topic}?format={fmt}")
+    topic = f"collect-{fmt}-{per_message}"
+    sent = _export(sonde, corpus / PCAP, workdir,
+                   f"kafka://{kafka}/{topic}?format={fmt}&records_per_message={per_message}")
+    if per_message > 1:
+        messages = _kcat(kafka, topic)
+        assert len(sent) / per_message <= len(messages) < len(sent), "flows share messages"
     # A message that is not a flow (bad input on the topic): counted as an error, skipped.
     subprocess.run(["kcat", "-P", "-b", kafka, "-t", topic], input=b"\xffnot a flow\n",
                    check=True, timeout=60)

@@ -167,6 +167,40 @@ pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
     let _ = prost::Message::encode(&message(r), out);
 }
 
+/// Appends one encoded Flow to a `FlowBatch` being built (field 1, length-delimited).
+pub fn push_to_batch(flow: &[u8], batch: &mut Vec<u8>) {
+    batch.push(0x0A);
+    prost::encoding::encode_varint(flow.len() as u64, batch);
+    batch.extend_from_slice(flow);
+}
+
+/// Reads a Kafka message of the protobuf form: one `Flow`, or a `FlowBatch` of them (its
+/// first byte is 0x0A). Returns the flows and how many items were not flows.
+pub fn decode_message(bytes: &[u8]) -> (Vec<CollectedFlow>, usize) {
+    if bytes.first() != Some(&0x0A) {
+        return match decode(bytes) {
+            Ok(f) => (vec![f], 0),
+            Err(_) => (Vec::new(), 1),
+        };
+    }
+    let (mut flows, mut errors) = (Vec::new(), 0);
+    let mut rest = bytes;
+    while let Some((&tag, after)) = rest.split_first() {
+        let mut buf = after;
+        let len = match prost::encoding::decode_varint(&mut buf) {
+            Ok(n) if tag == 0x0A && n as usize <= buf.len() => n as usize,
+            // A broken frame: the rest cannot be cut into flows.
+            _ => return (flows, errors + 1),
+        };
+        match decode(&buf[..len]) {
+            Ok(f) => flows.push(f),
+            Err(_) => errors += 1,
+        }
+        rest = &buf[len..];
+    }
+    (flows, errors)
+}
+
 /// Why bytes are not a flow message.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct ProtoError(pub String);
@@ -271,6 +305,25 @@ mod tests {
             meta: Some(Box::new(m)),
             exporter: None,
         }
+    }
+
+    #[test]
+    fn a_batch_reads_back_as_its_flows_and_a_broken_one_is_counted() {
+        let (mut one, mut batch) = (Vec::new(), Vec::new());
+        encode(&record(), &mut one);
+        assert_eq!(one[0], 0x08, "a Flow starts with its schema version");
+        assert_eq!(decode_message(&one).0.len(), 1);
+        for _ in 0..3 {
+            push_to_batch(&one, &mut batch);
+        }
+        push_to_batch(b"\x12\x01", &mut batch); // addresses of 1 byte: not a flow
+        let (flows, errors) = decode_message(&batch);
+        assert_eq!((flows.len(), errors), (3, 1));
+        assert_eq!(flows[2].bytes, 1200);
+        batch.truncate(batch.len() - 3);
+        batch.push(0x0A);
+        batch.push(0x7f); // a frame longer than what is left
+        assert_eq!(decode_message(&batch).1, 1);
     }
 
     #[test]

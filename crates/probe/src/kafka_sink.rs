@@ -7,8 +7,9 @@
 //! librdkafka batches, compresses and retries; its local queue is bounded
 //! (`queue.buffering.max.messages`) and the sink waits while it is full, so the sink's own
 //! queue ([`crate::sink_queue`], `drop_newest` by default on live inputs) is where a slow
-//! cluster costs records, counted. Every message's delivery report is counted: delivered, or
-//! failed after librdkafka's retries (`message.timeout.ms`).
+//! cluster costs records, counted. librdkafka reports only failed deliveries (after its
+//! retries, `message.timeout.ms`): a report per message cost as much as the rest of the
+//! sink's work. Delivered is what was produced, less the failed and what is still in flight.
 
 use crate::sinks::{RecordSink, SinkReport};
 use rdkafka::config::ClientConfig;
@@ -46,12 +47,17 @@ pub struct KafkaTarget {
     /// (`EXPORTER_IPV4_ADDRESS`…), so a central sonde and ClickHouse tell the probes apart.
     /// Collected flows keep their exporter's.
     pub probe: Option<std::net::IpAddr>,
+    /// `records_per_message=N`: flows per Kafka message (default 1). Above 1, a JSON message
+    /// is an array and a protobuf one a `FlowBatch`, filled per partition (a flow's records
+    /// still share one) and sent when full or after a second: the transport's per-message
+    /// cost is shared.
+    pub per_message: usize,
     /// The URL as given, for messages.
     pub text: String,
 }
 
 /// The URL options a Kafka sink reads itself (the queue's are `when_full` and `queue`).
-pub const KAFKA_OPTIONS: &[&str] = &["format", "compression", "probe"];
+pub const KAFKA_OPTIONS: &[&str] = &["format", "compression", "probe", "records_per_message"];
 
 impl KafkaTarget {
     pub fn parse(s: &str) -> Result<KafkaTarget, String> {
@@ -81,6 +87,7 @@ impl KafkaTarget {
             format: KafkaFormat::Json,
             compression: "lz4".into(),
             probe: None,
+            per_message: 1,
             text: s.to_string(),
         };
         for pair in query.split('&').filter(|p| !p.is_empty()) {
@@ -98,6 +105,13 @@ impl KafkaTarget {
                         "'{s}': compression={v}: use none, gzip, snappy, lz4 or zstd"
                     ));
                 }
+                ("records_per_message", v) => {
+                    t.per_message = v
+                        .parse()
+                        .ok()
+                        .filter(|n| (1..=10_000).contains(n))
+                        .ok_or_else(|| format!("'{s}': records_per_message={v}: give 1 to 10000"))?
+                }
                 ("probe", v) => {
                     t.probe =
                         Some(v.parse().map_err(|_| {
@@ -107,7 +121,7 @@ impl KafkaTarget {
                 (k, _) => {
                     return Err(format!(
                         "'{s}': unknown option '{k}' (the options are format, compression, \
-                         probe, when_full and queue)"
+                         probe, records_per_message, when_full and queue)"
                     ))
                 }
             }
@@ -116,10 +130,9 @@ impl KafkaTarget {
     }
 }
 
-/// Delivery reports, counted on librdkafka's callback (called from `poll`/`flush`).
+/// Failed deliveries, counted on librdkafka's callback (called from `poll`/`flush`).
 #[derive(Default)]
 struct Deliveries {
-    delivered: AtomicU64,
     failed: AtomicU64,
     last_error: Mutex<Option<String>>,
 }
@@ -129,15 +142,14 @@ struct Context(Arc<Deliveries>);
 impl ClientContext for Context {}
 
 impl ProducerContext for Context {
-    type DeliveryOpaque = ();
+    /// The records the message holds.
+    type DeliveryOpaque = usize;
 
-    fn delivery(&self, result: &DeliveryResult<'_>, _: ()) {
+    fn delivery(&self, result: &DeliveryResult<'_>, records: usize) {
         match result {
-            Ok(_) => {
-                self.0.delivered.fetch_add(1, Ordering::Relaxed);
-            }
+            Ok(_) => {}
             Err((e, _)) => {
-                self.0.failed.fetch_add(1, Ordering::Relaxed);
+                self.0.failed.fetch_add(records as u64, Ordering::Relaxed);
                 *self.0.last_error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e.to_string());
             }
         }
@@ -152,6 +164,39 @@ pub struct KafkaSink {
     payload: Vec<u8>,
     json: FlowWriter<Vec<u8>>,
     records: u64,
+    /// With several records per message: the topic's partition count, the message being
+    /// filled for each partition and its records, and the records in all of them.
+    partitions: usize,
+    open: Vec<(Vec<u8>, usize)>,
+    buffered: u64,
+}
+
+/// Produces one message, waiting while librdkafka's queue is full.
+fn produce(
+    producer: &BaseProducer<Context>,
+    topic: &str,
+    key: Option<&[u8]>,
+    partition: Option<i32>,
+    payload: &[u8],
+    records: usize,
+) -> io::Result<()> {
+    loop {
+        let mut record = BaseRecord::with_opaque_to(topic, records).payload(payload);
+        if let Some(k) = key {
+            record = record.key(k);
+        }
+        if let Some(p) = partition {
+            record = record.partition(p);
+        }
+        match producer.send(record) {
+            Ok(()) => return Ok(()),
+            // librdkafka's queue is full: serve delivery reports until there is room.
+            Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
+                producer.poll(Duration::from_millis(50));
+            }
+            Err((e, _)) => return Err(io::Error::other(format!("{topic}: {e}"))),
+        }
+    }
 }
 
 /// The message key of a flow: its canonical key (the same for both directions and on every
@@ -180,12 +225,13 @@ impl KafkaSink {
             // records wait, up to the queue's bound.
             .set("message.timeout.ms", "300000")
             .set("enable.idempotence", "true")
+            .set("delivery.report.only.error", "true")
             .create_with_context(Context(deliveries.clone()))
             .map_err(|e| format!("--export {}: {e}", target.text))?;
         // The first answer for a topic the cluster auto-creates is "unknown" while it creates
         // it: ask again until it has a leader, or say why not.
         let deadline = Instant::now() + CONNECT_TIMEOUT;
-        loop {
+        let partitions = loop {
             let left = deadline.saturating_duration_since(Instant::now());
             let meta = producer
                 .client()
@@ -199,14 +245,10 @@ impl KafkaSink {
                         target.brokers
                     )
                 })?;
-            let error = meta
-                .topics()
-                .iter()
-                .find(|t| t.name() == target.topic)
-                .and_then(|t| t.error())
-                .map(RDKafkaErrorCode::from);
+            let topic = meta.topics().iter().find(|t| t.name() == target.topic);
+            let error = topic.and_then(|t| t.error()).map(RDKafkaErrorCode::from);
             match error {
-                None => break,
+                None => break topic.map_or(1, |t| t.partitions().len().max(1)),
                 Some(
                     RDKafkaErrorCode::UnknownTopicOrPartition
                     | RDKafkaErrorCode::LeaderNotAvailable,
@@ -219,7 +261,12 @@ impl KafkaSink {
                     ))
                 }
             }
-        }
+        };
+        let open = if target.per_message > 1 {
+            vec![(Vec::new(), 0); partitions]
+        } else {
+            Vec::new()
+        };
         Ok(KafkaSink {
             target,
             producer,
@@ -227,7 +274,33 @@ impl KafkaSink {
             payload: Vec::with_capacity(1024),
             json: FlowWriter::new(Vec::with_capacity(1024), Format::Json),
             records: 0,
+            partitions,
+            open,
+            buffered: 0,
         })
+    }
+
+    /// Sends the message being filled for partition `p`, if it holds any record.
+    fn send_open(&mut self, p: usize) -> io::Result<()> {
+        let (buf, n) = &mut self.open[p];
+        if *n == 0 {
+            return Ok(());
+        }
+        if self.target.format == KafkaFormat::Json {
+            buf.push(b']');
+        }
+        produce(
+            &self.producer,
+            &self.target.topic,
+            None,
+            Some(p as i32),
+            buf,
+            *n,
+        )?;
+        self.buffered -= *n as u64;
+        buf.clear();
+        *n = 0;
+        Ok(())
     }
 
     fn encode(&mut self, r: &FlowRecord) -> io::Result<()> {
@@ -274,20 +347,31 @@ impl RecordSink for KafkaSink {
         let mut key = [0u8; 38];
         for r in batch {
             self.encode(r)?;
-            flow_key_bytes(&r.flow.key, &mut key);
-            loop {
-                let record = BaseRecord::to(&self.target.topic)
-                    .key(&key[..])
-                    .payload(&self.payload[..]);
-                match self.producer.send(record) {
-                    Ok(()) => break,
-                    // librdkafka's queue is full: serve delivery reports until there is room.
-                    Err((KafkaError::MessageProduction(RDKafkaErrorCode::QueueFull), _)) => {
-                        self.producer.poll(Duration::from_millis(50));
+            if self.open.is_empty() {
+                flow_key_bytes(&r.flow.key, &mut key);
+                produce(
+                    &self.producer,
+                    &self.target.topic,
+                    Some(&key),
+                    None,
+                    &self.payload,
+                    1,
+                )?;
+            } else {
+                // The partition the key would pick for a message of its own, as it were.
+                let p = (r.flow.key.hash() % self.partitions as u64) as usize;
+                let (buf, n) = &mut self.open[p];
+                match self.target.format {
+                    KafkaFormat::Json => {
+                        buf.push(if *n == 0 { b'[' } else { b',' });
+                        buf.extend_from_slice(&self.payload);
                     }
-                    Err((e, _)) => {
-                        return Err(io::Error::other(format!("{}: {e}", self.target.text)))
-                    }
+                    KafkaFormat::Protobuf => sonde_export::proto::push_to_batch(&self.payload, buf),
+                }
+                *n += 1;
+                self.buffered += 1;
+                if *n >= self.target.per_message {
+                    self.send_open(p)?;
                 }
             }
             self.records += 1;
@@ -297,6 +381,9 @@ impl RecordSink for KafkaSink {
     }
 
     fn idle(&mut self) -> io::Result<()> {
+        for p in 0..self.open.len() {
+            self.send_open(p)?;
+        }
         self.producer.poll(Duration::ZERO);
         Ok(())
     }
@@ -306,16 +393,23 @@ impl RecordSink for KafkaSink {
     }
 
     fn pending(&self) -> u64 {
-        let d = &self.deliveries;
-        self.records
-            .saturating_sub(d.delivered.load(Ordering::Relaxed) + d.failed.load(Ordering::Relaxed))
+        // Being batched, or produced and not acknowledged by the cluster (nor failed) yet: a
+        // message in flight counted as full (an overcount at worst).
+        let in_flight = self.producer.in_flight_count().max(0) as u64;
+        (self.buffered + in_flight * self.target.per_message as u64).min(self.records)
     }
 
     fn finish(&mut self) -> io::Result<SinkReport> {
         let started = Instant::now();
+        for p in 0..self.open.len() {
+            self.send_open(p)?;
+        }
         let flushed = self.producer.flush(FLUSH_TIMEOUT);
-        // What is still queued after the timeout never reached a broker.
-        let undelivered = self.producer.in_flight_count().max(0) as u64;
+        // What is still queued after the timeout never reached a broker (messages counted as
+        // full ones when they hold several records).
+        let undelivered = (self.producer.in_flight_count().max(0) as u64
+            * self.target.per_message as u64)
+            .min(self.records);
         let d = &self.deliveries;
         let failed = d.failed.load(Ordering::Relaxed) + undelivered;
         if let Err(e) = flushed {
@@ -339,7 +433,7 @@ impl RecordSink for KafkaSink {
         Ok(SinkReport {
             name: self.target.text.clone(),
             records: self.records,
-            messages: d.delivered.load(Ordering::Relaxed),
+            messages: self.records.saturating_sub(failed),
             dropped: failed,
             ..SinkReport::default()
         })
@@ -367,6 +461,8 @@ mod tests {
             ("kafka://k/flows", "HOST:PORT"),
             ("kafka://k:9092/fl ows", "topic name"),
             ("kafka://k:9092/flows?format=avro", "json or protobuf"),
+            ("kafka://k:9092/flows?records_per_message=0", "1 to 10000"),
+            ("kafka://k:9092/flows?probe=eth0", "IP address"),
             ("kafka://k:9092/flows?compression=brotli", "zstd"),
             ("kafka://k:9092/flows?acks=0", "unknown option 'acks'"),
         ] {

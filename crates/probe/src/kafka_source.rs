@@ -185,10 +185,7 @@ pub(crate) fn run_kafka(
                         let (f, e) = sonde_export::ingest::flows_from_message(payload);
                         (f, e.len())
                     }
-                    KafkaFormat::Protobuf => match sonde_export::proto::decode(payload) {
-                        Ok(f) => (vec![f], 0),
-                        Err(_) => (Vec::new(), 1),
-                    },
+                    KafkaFormat::Protobuf => sonde_export::proto::decode_message(payload),
                 };
                 counters
                     .records
