@@ -215,6 +215,13 @@ pub const SINKS: &[SinkKind] = &[
         what: "rows of a flows table and per-minute/hour rollups sonde creates, RowBinary batches",
     },
     SinkKind {
+        name: "cassandra",
+        usage: "--export cassandra://HOST:PORT[,HOST:PORT…]/KEYSPACE[?replication=N&bucket=SECONDS&shards=N&…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "rows in time-bucketed partitions and per-minute counter tables sonde creates, CQL",
+    },
+    SinkKind {
         name: "zmq",
         usage: "--zmq-export tcp://HOST:PORT[?…]",
         when_full: WhenFull::DropNewest,
