@@ -7,6 +7,8 @@ started on 127.0.0.1 (scripts/cassandra-server.sh), read back with the Python dr
 * The per-minute statistics (counter tables) equal the flows' traffic per host (both ends),
   per application and per server port, minute by minute.
 * A second run into the same keyspace appends; the schema version is recorded once.
+  `sonde schema --cassandra KEYSPACE` prints the tables the sink creates; `?stats=off` writes
+  flows only.
 * Cassandra killed mid-run and started again: the probe keeps running, what it could not write
   is buffered and written after the restart; with a small buffer the rows past it are dropped
   and counted: delivered + dropped = every record, the table holds exactly the delivered ones.
@@ -181,6 +183,43 @@ def test_a_second_run_appends_and_records_the_schema_once(cassandra, sonde, corp
     assert flows == len(first) + len(second)
 
 
+def test_sonde_schema_prints_what_the_sink_creates(cassandra, sonde, corpus, workdir):
+    """`sonde schema --cassandra KEYSPACE` applied by hand gives the tables and columns the sink
+    creates in a keyspace of its own (sonde_t4); a sink then
+    writes into it."""
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    _export(sonde, corpus, workdir, f"cassandra://{cassandra}/sonde_t4", "t4")
+    p = sonde("schema", "--cassandra", "byhand")
+    assert p.returncode == 0, p.stderr
+    statements = [x.strip() for x in p.stdout.split(";\n") if x.strip()]
+    cluster, s = _session(cassandra)
+    try:
+        for st in statements:
+            s.execute(st)
+    finally:
+        cluster.shutdown()
+
+    def columns(ks):
+        return sorted((r.table_name, r.column_name, r.kind, r.type) for r in _rows(
+            cassandra, f"SELECT table_name, column_name, kind, type FROM system_schema.columns "
+                       f"WHERE keyspace_name = '{ks}'"))
+    assert columns("byhand") == columns("sonde_t4")
+    assert len({c[0] for c in columns("byhand")}) == 7  # sonde_schema, flows, 5 statistics
+    records = _export(sonde, corpus, workdir, f"cassandra://{cassandra}/byhand", "t4b")
+    [[count]] = _rows(cassandra, "SELECT count(*) FROM byhand.flows")
+    assert count == len(records)
+
+
+def test_stats_off_writes_flows_only(cassandra, sonde, corpus, workdir):
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    records = _export(sonde, corpus, workdir, f"cassandra://{cassandra}/sonde_t5?stats=off", "t5")
+    [[count]] = _rows(cassandra, "SELECT count(*) FROM sonde_t5.flows")
+    assert count == len(records)
+    assert _rows(cassandra, "SELECT * FROM sonde_t5.stats_1m_hosts LIMIT 1") == []
+
+
 @pytest.mark.parametrize("url,says", [
     ("cassandra://127.0.0.1/ks", "'127.0.0.1' is not HOST:PORT"),
     ("cassandra://127.0.0.1:9042/my-ks", "is not a keyspace name"),
@@ -188,6 +227,7 @@ def test_a_second_run_appends_and_records_the_schema_once(cassandra, sonde, corp
     ("cassandra://127.0.0.1:9042/ks?bucket=7000", "divide a day"),
     ("cassandra://127.0.0.1:9042/ks?shards=1000", "shards=1000: give partitions per bucket"),
     ("cassandra://127.0.0.1:9042/ks?ttl=3", "unknown option 'ttl'"),
+    ("cassandra://127.0.0.1:9042/ks?stats=maybe", "stats=maybe: use on"),
     ("cassandra://127.0.0.1:9042/ks?when_full=later", "when_full=later: use block or drop_newest"),
 ])
 def test_bad_urls_say_what_is_wrong(sonde, corpus, url, says):

@@ -75,7 +75,8 @@ const REQUEST_TIMEOUT: Duration = Duration::from_secs(10);
 /// - `bucket`: seconds of flow start time per partition of `flows`, dividing a day (3600);
 /// - `shards`: partitions per bucket (4);
 /// - `buffer`: rows kept while the server is away, beyond which the oldest are dropped and
-///   counted (200000).
+///   counted (200000);
+/// - `stats`: `on` keeps the per-minute statistics tables, `off` writes flows only (on).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CassandraTarget {
     pub nodes: Vec<String>,
@@ -88,11 +89,13 @@ pub struct CassandraTarget {
     pub shards: u32,
     /// Rows kept while the server does not take them.
     pub buffer_rows: usize,
+    /// Whether the per-minute statistics tables are kept (`?stats=off`: flows only).
+    pub stats: bool,
     pub text: String,
 }
 
 /// The URL options a Cassandra sink reads itself.
-pub const CASSANDRA_OPTIONS: &[&str] = &["replication", "bucket", "shards", "buffer"];
+pub const CASSANDRA_OPTIONS: &[&str] = &["replication", "bucket", "shards", "buffer", "stats"];
 
 impl CassandraTarget {
     pub fn parse(s: &str) -> Result<CassandraTarget, String> {
@@ -129,6 +132,7 @@ impl CassandraTarget {
             bucket_secs: 3600,
             shards: 4,
             buffer_rows: MAX_BUFFERED_ROWS,
+            stats: true,
             text: s.to_string(),
         };
         let number = |k: &str, v: &str, range: std::ops::RangeInclusive<u32>, what: &str| {
@@ -158,6 +162,14 @@ impl CassandraTarget {
                     }
                 }
                 ("shards", v) => t.shards = number("shards", v, 1..=256, "partitions per bucket")?,
+                ("stats", "on") => t.stats = true,
+                ("stats", "off") => t.stats = false,
+                ("stats", v) => {
+                    return Err(format!(
+                        "--export '{s}': stats={v}: use on (per-minute statistics, the default) \
+                         or off (flows only)"
+                    ))
+                }
                 ("buffer", v) => {
                     t.buffer_rows =
                         number("buffer", v, 1..=10_000_000, "a number of rows")? as usize
@@ -165,7 +177,7 @@ impl CassandraTarget {
                 (k, _) => {
                     return Err(format!(
                         "--export '{s}': unknown option '{k}' (the options are replication, \
-                         bucket, shards, buffer, when_full and queue)"
+                         bucket, shards, buffer, stats, when_full and queue)"
                     ))
                 }
             }
@@ -256,6 +268,21 @@ const INTERFACES: usize = 4;
 
 /// The schema version [`statements`] creates.
 pub const SCHEMA_VERSION: i32 = 1;
+
+/// The keyspace (SimpleStrategy, `replication` copies) and its `sonde_schema` table, which
+/// [`statements`] follow.
+pub fn keyspace_statements(ks: &str, replication: u32) -> Vec<String> {
+    vec![
+        format!(
+            "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {{'class': \
+             'SimpleStrategy', 'replication_factor': {replication}}}"
+        ),
+        format!(
+            "CREATE TABLE IF NOT EXISTS {ks}.sonde_schema (version int PRIMARY KEY, \
+             applied timestamp)"
+        ),
+    ]
+}
 
 /// Every statement of schema version 1 after the keyspace and `sonde_schema`, in order; each can
 /// run again (IF NOT EXISTS).
@@ -519,19 +546,15 @@ impl CassandraSink {
                 let session = &session;
                 async move { session.query_unpaged(q, ()).await.map(|_| ()) }
             };
-            run(format!(
-                "CREATE KEYSPACE IF NOT EXISTS {ks} WITH replication = {{'class': \
-                 'SimpleStrategy', 'replication_factor': {}}}",
-                target.replication
-            ))
-            .await
-            .map_err(|e| fail("cannot create the keyspace", e.to_string()))?;
-            run(format!(
-                "CREATE TABLE IF NOT EXISTS {ks}.sonde_schema (version int PRIMARY KEY, \
-                 applied timestamp)"
-            ))
-            .await
-            .map_err(|e| fail("cannot create sonde_schema", e.to_string()))?;
+            let [keyspace, schema_table] =
+                <[String; 2]>::try_from(keyspace_statements(&ks, target.replication))
+                    .expect("two statements");
+            run(keyspace)
+                .await
+                .map_err(|e| fail("cannot create the keyspace", e.to_string()))?;
+            run(schema_table)
+                .await
+                .map_err(|e| fail("cannot create sonde_schema", e.to_string()))?;
             let current = session
                 .query_unpaged(format!("SELECT version FROM {ks}.sonde_schema"), ())
                 .await
@@ -623,6 +646,9 @@ impl CassandraSink {
             partition: (bucket, shard),
             values,
         });
+        if !self.target.stats {
+            return;
+        }
 
         let minute_ms = start - start.rem_euclid(60_000);
         let (c, s) = (f.client_dir(), 1 - f.client_dir());
@@ -918,6 +944,12 @@ mod tests {
         assert_eq!(t.buffer_rows, MAX_BUFFERED_ROWS);
         let b = CassandraTarget::parse("cassandra://h:9042/ks?buffer=50").unwrap();
         assert_eq!(b.buffer_rows, 50);
+        assert!(t.stats);
+        assert!(
+            !CassandraTarget::parse("cassandra://h:9042/ks?stats=off")
+                .unwrap()
+                .stats
+        );
         let d = CassandraTarget::parse("cassandra://h:9042").unwrap();
         assert_eq!(
             (d.keyspace.as_str(), d.replication, d.bucket_secs, d.shards),
@@ -959,6 +991,7 @@ mod tests {
     fn the_schema_has_every_table_and_statements_match_it() {
         let s = statements("ks");
         assert_eq!(s.len(), 1 + STATS_TABLES.len());
+        assert!(keyspace_statements("ks", 3)[0].contains("'replication_factor': 3"));
         assert!(s.iter().all(|st| st.contains("IF NOT EXISTS")));
         assert!(s[0].contains("PRIMARY KEY ((bucket, shard), time_start, id)"));
         let insert = insert_flow("ks");

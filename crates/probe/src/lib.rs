@@ -28,7 +28,8 @@ mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
 pub use cassandra_sink::{
-    statements as cassandra_statements, CassandraSink, CassandraTarget, CASSANDRA_OPTIONS,
+    keyspace_statements as cassandra_keyspace_statements, statements as cassandra_statements,
+    CassandraSink, CassandraTarget, CASSANDRA_OPTIONS,
 };
 pub use clickhouse_sink::{
     kafka_statements as clickhouse_kafka_statements, statements as clickhouse_statements,
