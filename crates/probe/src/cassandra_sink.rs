@@ -25,7 +25,8 @@
 //! Writes are prepared statements sent through the driver's default token-aware policy: flow rows
 //! as unlogged batches of rows of one partition only (a batch then goes to the partition's
 //! replicas, as one row would), at most [`MAX_IN_FLIGHT`] requests at a time. Statistics are
-//! summed per series and minute in the sink first, then sent as one counter update per series.
+//! summed per series and minute in the sink for [`STATS_EVERY`] first, then sent as one counter
+//! update per series and minute.
 //!
 //! While the server does not take writes (away, restarting), rows stay buffered and are tried
 //! again, 1 s then doubling to 30 s apart; the driver reconnects by itself. Past
@@ -62,6 +63,11 @@ const SEND_ROWS: usize = 5_000;
 pub const MAX_BUFFERED_ROWS: usize = 200_000;
 /// Statistics series (series × minute) kept while the server does not take them.
 const MAX_BUFFERED_SERIES: usize = 200_000;
+/// Statistics are summed in the sink for this long before they are sent (or until
+/// [`SEND_SERIES`] series minutes are pending): a host seen in many flows costs one counter
+/// update per interval, not one per send of flow rows (ntopng writes its RRDs once a minute).
+const STATS_EVERY: Duration = Duration::from_secs(10);
+const SEND_SERIES: usize = 50_000;
 /// Waits between tries while the server refuses: doubling from the first to the last.
 const FIRST_RETRY: Duration = Duration::from_secs(1);
 const LAST_RETRY: Duration = Duration::from_secs(30);
@@ -497,6 +503,8 @@ pub struct CassandraSink {
     last_error: Option<String>,
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// When statistics were last sent.
+    stats_sent: Instant,
 }
 
 /// A random number (no extra crate: std's hasher is randomly keyed per process).
@@ -624,6 +632,7 @@ impl CassandraSink {
             last_error: None,
             retry_at: None,
             backoff: FIRST_RETRY,
+            stats_sent: Instant::now(),
         })
     }
 
@@ -726,7 +735,9 @@ impl CassandraSink {
     /// Sends what is buffered, unless the server refused lately and its next try is not due
     /// (`force` tries anyway). What the server does not take stays buffered, within the bounds.
     fn send(&mut self, force: bool) {
-        if (self.rows.is_empty() && self.series.is_empty())
+        let stats_due =
+            force || self.stats_sent.elapsed() >= STATS_EVERY || self.series.len() >= SEND_SERIES;
+        if (self.rows.is_empty() && (self.series.is_empty() || !stats_due))
             || (!force && self.retry_at.is_some_and(|t| Instant::now() < t))
         {
             return;
@@ -736,7 +747,12 @@ impl CassandraSink {
         for row in self.rows.drain(..) {
             by_partition.entry(row.partition).or_default().push(row);
         }
-        let series: Vec<(SeriesMinute, Sums)> = self.series.drain().collect();
+        let series: Vec<(SeriesMinute, Sums)> = if stats_due {
+            self.stats_sent = Instant::now();
+            self.series.drain().collect()
+        } else {
+            Vec::new()
+        };
         let (session, insert, updates) = (
             self.session.clone(),
             self.insert.clone(),
@@ -886,7 +902,7 @@ impl RecordSink for CassandraSink {
         let send_at = SEND_ROWS.min(self.target.buffer_rows);
         for r in batch {
             self.add(r);
-            if self.rows.len() >= send_at {
+            if self.rows.len() >= send_at || self.series.len() >= SEND_SERIES {
                 // Sent unless the server refused lately and its next try is not due; then
                 // the bound applies.
                 self.send(false);
