@@ -233,7 +233,9 @@ def test_stats_off_writes_flows_only(cassandra, sonde, corpus, workdir):
 def test_bad_urls_say_what_is_wrong(sonde, corpus, url, says):
     p = sonde("-r", corpus / PCAP, "--export", url, "-q")
     assert p.returncode != 0
-    assert says in p.stderr and "--export" in p.stderr, p.stderr
+    lines = p.stderr.strip().splitlines()
+    assert len(lines) == 1 and lines[0].startswith("sonde: error: --export"), p.stderr
+    assert says in lines[0], p.stderr
 
 
 def test_a_dead_server_is_one_error_at_start(sonde, corpus):
