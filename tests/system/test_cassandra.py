@@ -270,6 +270,19 @@ def _outage(sonde_bin, corpus, tmp_path, options):
          str(stats), "--idle-timeout", "1", "--active-timeout", "1", "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     try:
+        # The collector listens once the sink is ready: its schema version recorded (the last
+        # step of its start), then a moment.
+        deadline = time.time() + 120
+        while True:
+            if upper.poll() is not None:
+                pytest.fail(f"sonde did not start: {upper.stderr.read()}")
+            try:
+                if _rows(cql, "SELECT version FROM outage.sonde_schema"):
+                    break
+            except Exception:  # the keyspace or table is not there yet
+                pass
+            assert time.time() < deadline, "the sink did not create its schema in 120 s"
+            time.sleep(0.5)
         time.sleep(2)
 
         def send(pcap):
@@ -284,7 +297,8 @@ def _outage(sonde_bin, corpus, tmp_path, options):
         os.kill(int(pid), signal.SIGKILL)
         send(PCAP)
         time.sleep(5)
-        assert upper.poll() is None, "sonde keeps running while Cassandra is away"
+        if upper.poll() is not None:
+            pytest.fail(f"sonde stopped while Cassandra was away: {upper.stderr.read()}")
         out = subprocess.run(start, capture_output=True, text=True, timeout=300)
         assert out.returncode == 0, out.stderr
         pid = re.search(r"PID=(\d+)", out.stdout).group(1)
@@ -298,7 +312,9 @@ def _outage(sonde_bin, corpus, tmp_path, options):
         sink = next(x for x in json.loads(stats.read_text())["sinks"]
                     if x["name"].startswith("cassandra"))
         [[count]] = _rows(cql, "SELECT count(*) FROM outage.flows")
-        [[flows_counted]] = _rows(cql, "SELECT sum(flows) FROM outage.stats_1m_apps")
+        # Collected flows have an exporter: each per-minute table counts every flow once.
+        flows_counted = {t: _rows(cql, f"SELECT sum(flows) FROM outage.stats_1m_{t}")[0][0]
+                         for t in ("apps", "ports", "exporters", "interfaces")}
         return written, sink, count, flows_counted, err
     finally:
         import os
@@ -313,7 +329,7 @@ def test_an_outage_buffers_and_writes_after_the_restart(sonde_bin, corpus, tmp_p
     assert sink["records"] == len(written) and sink["dropped"] == 0, (sink, err)
     assert sink["queue_dropped"] == 0, sink
     assert count == len(written)
-    assert flows_counted == len(written), err
+    assert flows_counted == {t: len(written) for t in flows_counted}, err
 
 
 def test_an_outage_past_the_buffer_drops_and_counts(sonde_bin, corpus, tmp_path):

@@ -540,7 +540,7 @@ impl CassandraSink {
                 .build();
             let session = SessionBuilder::new()
                 .known_nodes(&target.nodes)
-                .connection_timeout(Duration::from_secs(5))
+                .connection_timeout(Duration::from_secs(10))
                 .default_execution_profile_handle(profile.into_handle())
                 .build()
                 .await
@@ -684,7 +684,7 @@ impl CassandraSink {
         };
         add(HOSTS, vec![KeyValue::Inet(ca)], [cb, sb, cpk, spk, 1]);
         add(HOSTS, vec![KeyValue::Inet(sa)], [sb, cb, spk, cpk, 1]);
-        let total = [cb + sb, cpk + spk, 1, 0, 0];
+        let total = [cb.saturating_add(sb), cpk.saturating_add(spk), 1, 0, 0];
         let app = if f.dpi_done {
             f.l7.name().to_string()
         } else {
