@@ -18,6 +18,10 @@
 #   kcat, protobuf-compiler (protoc)   read and decode what sonde produces to Kafka
 #   clickhouse-server ClickHouse 18.16 for the ClickHouse sink tests (scripts/clickhouse-server.sh)
 #   chdb-core (pip)   current ClickHouse in-process, to check sonde's schema on it
+#   cassandra-driver (pip)   reads back what the Cassandra sink wrote (the node itself:
+#                     scripts/cassandra-server.sh fetches Cassandra 5.0's jars from Maven Central
+#                     once; it runs on the java 17 above)
+#   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -52,12 +56,13 @@ declare -A PROBE=(
     [kcat]="cmd:kcat"
     [protobuf-compiler]="cmd:protoc"
     [clickhouse-server]="cmd:clickhouse-server"
+    [rrdtool]="cmd:rrdtool"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
     tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler \
-    clickhouse-server; do
+    clickhouse-server rrdtool; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -82,6 +87,12 @@ fi
 need_chdb=0
 if ! python3 -c 'import chdb' >/dev/null 2>&1; then
     need_chdb=1
+fi
+need_cassandra_driver=0
+if ! python3 -c 'import cassandra.cluster' >/dev/null 2>&1; then
+    need_cassandra_driver=1
+fi
+if [ "$need_chdb" = 1 ] || [ "$need_cassandra_driver" = 1 ]; then
     if [ "$PY_IS_SYSTEM" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
         missing+=(python3-pip)
     fi
@@ -109,13 +120,21 @@ if [ "$need_chdb" = 1 ]; then
         python3 -m pip install --quiet chdb-core
     fi
 fi
+if [ "$need_cassandra_driver" = 1 ]; then
+    echo "setup-test-deps: installing cassandra-driver with pip for $(command -v python3)"
+    if [ "$PY_IS_SYSTEM" = 1 ]; then
+        $SUDO python3 -m pip install --quiet --break-system-packages cassandra-driver
+    else
+        python3 -m pip install --quiet cassandra-driver
+    fi
+fi
 
 # The flow-protocol peers (with their services kept from starting).
 "$(dirname "$0")/setup-bench-deps.sh"
 
 # Check the result.
 for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pmacctd \
-    tcpdump nmap nping hping3 curl dig java mvn kcat protoc clickhouse-server; do
+    tcpdump nmap nping hping3 curl dig java mvn kcat protoc clickhouse-server rrdtool; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }

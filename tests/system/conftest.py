@@ -186,3 +186,12 @@ def clickhouse(tmp_path_factory):
     if not shutil.which("clickhouse-server"):
         pytest.fail("clickhouse-server is needed: run scripts/setup-test-deps.sh")
     yield from _server("clickhouse-server.sh", [], tmp_path_factory, "HTTP")
+
+
+@pytest.fixture(scope="session")
+def cassandra(tmp_path_factory):
+    """Apache Cassandra 5.0, one node on 127.0.0.1: its CQL address."""
+    import shutil
+    if not shutil.which("java") or not shutil.which("mvn"):
+        pytest.fail("java and mvn are needed for the Cassandra tests: run scripts/setup-test-deps.sh")
+    yield from _server("cassandra-server.sh", [], tmp_path_factory, "CQL")

@@ -277,5 +277,6 @@ def test_a_bad_sink_queue_option_is_one_error(url, what, sonde, corpus):
 def test_sonde_sinks_lists_every_kind(sonde):
     p = sonde("sinks", timeout=30)
     assert p.returncode == 0, p.stderr
-    for kind in ("flows-file", "history", "netflow5", "netflow9", "ipfix", "ipfix+tcp", "zmq"):
+    for kind in ("flows-file", "history", "netflow5", "netflow9", "ipfix", "ipfix+tcp", "zmq",
+                 "cassandra"):
         assert f"\n{kind} " in "\n" + p.stdout, kind

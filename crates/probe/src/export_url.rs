@@ -2,6 +2,7 @@
 //! without opening anything (the config file's check and the flag share it); [`ExportSpec::plan`]
 //! turns it into the sink the probe builds at start.
 
+use crate::cassandra_sink::{CassandraSink, CassandraTarget, CASSANDRA_OPTIONS};
 use crate::clickhouse_sink::{ClickHouseSink, ClickHouseTarget, CLICKHOUSE_OPTIONS};
 use crate::config::SinkPlan;
 use crate::flow_export::{ExportTarget, FlowExportSink};
@@ -15,6 +16,7 @@ enum Target {
     Flow(ExportTarget),
     Kafka(KafkaTarget),
     ClickHouse(ClickHouseTarget),
+    Cassandra(CassandraTarget),
 }
 
 /// A parsed `--export` URL.
@@ -26,8 +28,8 @@ pub struct ExportSpec {
 
 impl ExportSpec {
     /// Parses `netflow5|netflow9|ipfix|ipfix+tcp://HOST:PORT`,
-    /// `kafka://BROKERS/TOPIC[?format=…]` or `clickhouse://HOST:PORT/DB[?retention_days=N]`,
-    /// with `when_full`/`queue` options. Errors name the
+    /// `kafka://BROKERS/TOPIC[?format=…]`, `clickhouse://HOST:PORT/DB[?retention_days=N]` or
+    /// `cassandra://HOST:PORT[,…]/KEYSPACE[?replication=N&bucket=S&shards=N]`, with `when_full`/`queue` options. Errors name the
     /// flag and say what is wrong.
     pub fn parse(text: &str) -> Result<ExportSpec, String> {
         if text.starts_with("kafka://") {
@@ -47,6 +49,14 @@ impl ExportSpec {
                 queue,
             });
         }
+        if text.starts_with("cassandra://") {
+            let (url, queue) = QueueRequest::split_allowing(text, CASSANDRA_OPTIONS)
+                .map_err(|e| format!("--export {e}"))?;
+            return Ok(ExportSpec {
+                target: Target::Cassandra(CassandraTarget::parse(&url)?),
+                queue,
+            });
+        }
         let (url, queue) = QueueRequest::split(text).map_err(|e| format!("--export {e}"))?;
         Ok(ExportSpec {
             target: Target::Flow(ExportTarget::parse(&url)?),
@@ -60,6 +70,7 @@ impl ExportSpec {
             Target::Flow(t) => t.kind(),
             Target::Kafka(_) => "kafka",
             Target::ClickHouse(_) => "clickhouse",
+            Target::Cassandra(_) => "cassandra",
         }
     }
 
@@ -76,6 +87,9 @@ impl ExportSpec {
             }),
             Target::ClickHouse(t) => Arc::new(move || {
                 ClickHouseSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+            }),
+            Target::Cassandra(t) => Arc::new(move || {
+                CassandraSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
             }),
         };
         SinkPlan { kind, queue, make }

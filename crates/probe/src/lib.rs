@@ -7,6 +7,7 @@
 //! packets, snapshots on request between batches), so readers never stop packet processing.
 
 mod analytics_sink;
+mod cassandra_sink;
 mod clickhouse_history;
 mod clickhouse_sink;
 mod collect;
@@ -27,6 +28,10 @@ mod source;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
+pub use cassandra_sink::{
+    keyspace_statements as cassandra_keyspace_statements, statements as cassandra_statements,
+    CassandraSink, CassandraTarget, CASSANDRA_OPTIONS,
+};
 pub use clickhouse_history::{ClickHouseHistory, Origin, SeriesOf};
 pub use clickhouse_sink::{
     kafka_statements as clickhouse_kafka_statements, statements as clickhouse_statements,

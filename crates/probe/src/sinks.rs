@@ -211,7 +211,7 @@ pub const SINKS: &[SinkKind] = &[
         usage: "--export kafka://BROKER[,BROKER…]/TOPIC[?format=json|protobuf&compression=…&…]",
         when_full: WhenFull::DropNewest,
         options: true,
-        what: "one flow per message, keyed by the flow (one partition per flow), delivery counted",
+        what: "one flow per message keyed by the flow (or N per message, one partition per flow), failed deliveries counted",
     },
     SinkKind {
         name: "clickhouse",
@@ -219,6 +219,13 @@ pub const SINKS: &[SinkKind] = &[
         when_full: WhenFull::DropNewest,
         options: true,
         what: "rows of a flows table and per-minute/hour rollups sonde creates, RowBinary batches",
+    },
+    SinkKind {
+        name: "cassandra",
+        usage: "--export cassandra://HOST:PORT[,HOST:PORT…]/KEYSPACE[?replication=N&bucket=SECONDS&shards=N&…]",
+        when_full: WhenFull::DropNewest,
+        options: true,
+        what: "rows in time-bucketed partitions and per-minute counter tables sonde creates, CQL",
     },
     SinkKind {
         name: "zmq",

@@ -14,8 +14,8 @@ use sonde_probe::sinks::{
     self, FileSink, QueueOptions, QueueRequest, RecordSink, SinkReport, WhenFull,
 };
 use sonde_probe::{
-    ClickHouseSink, ClickHouseTarget, ExportTarget, FlowExportSink, HistorySink, KafkaSink,
-    KafkaTarget, ZmqSink,
+    CassandraSink, CassandraTarget, ClickHouseSink, ClickHouseTarget, ExportTarget, FlowExportSink,
+    HistorySink, KafkaSink, KafkaTarget, ZmqSink,
 };
 use std::io::{self, Read};
 use std::net::{TcpListener, UdpSocket};
@@ -348,6 +348,73 @@ impl Destination for ClickHouse {
     }
 }
 
+/// A Cassandra node for the whole test binary (scripts/cassandra-server.sh; it stops when this
+/// process ends): its CQL address.
+fn cassandra_cql() -> &'static str {
+    static SERVER: OnceLock<String> = OnceLock::new();
+    SERVER.get_or_init(|| {
+        let root = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../..");
+        let out = std::process::Command::new(root.join("scripts/cassandra-server.sh"))
+            .arg(scratch("cassandra"))
+            .env("CASSANDRA_PARENT_PID", std::process::id().to_string())
+            .output()
+            .expect(
+                "scripts/cassandra-server.sh runs (needs java and mvn: scripts/setup-test-deps.sh)",
+            );
+        assert!(
+            out.status.success(),
+            "cassandra-server.sh: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout)
+            .split_whitespace()
+            .find_map(|w| w.strip_prefix("CQL="))
+            .expect("CQL= line")
+            .to_string()
+    })
+}
+
+struct Cassandra {
+    keyspace: String,
+}
+
+impl Destination for Cassandra {
+    fn sink(&mut self) -> Box<dyn RecordSink> {
+        let url = format!("cassandra://{}/{}", cassandra_cql(), self.keyspace);
+        Box::new(CassandraSink::connect(CassandraTarget::parse(&url).unwrap()).unwrap())
+    }
+    /// Rows come back by partition: sorted by their start time (the test records' times
+    /// increase with their ids).
+    fn read_back(&mut self) -> Vec<u16> {
+        use scylla::value::CqlTimestamp;
+        let rt = tokio::runtime::Runtime::new().unwrap();
+        let mut rows: Vec<(i64, i32)> = rt.block_on(async {
+            let session = scylla::client::session_builder::SessionBuilder::new()
+                .known_node(cassandra_cql())
+                .build()
+                .await
+                .unwrap();
+            let result = session
+                .query_unpaged(
+                    format!("SELECT time_start, src_port FROM {}.flows", self.keyspace),
+                    (),
+                )
+                .await
+                .unwrap()
+                .into_rows_result()
+                .unwrap();
+            let out: Vec<(i64, i32)> = result
+                .rows::<(CqlTimestamp, i32)>()
+                .unwrap()
+                .map(|r| r.map(|(t, p)| (t.0, p)).unwrap())
+                .collect();
+            out
+        });
+        rows.sort();
+        rows.into_iter().map(|(_, p)| p as u16).collect()
+    }
+}
+
 /// Every registered kind, with a destination made for the run.
 fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
     match kind {
@@ -359,6 +426,9 @@ fn destination(kind: &str, run: &str) -> Box<dyn Destination> {
         "zmq" => Box::new(Zmq::start()),
         "clickhouse" => Box::new(ClickHouse {
             db: format!("compliance_{}", run.replace(['-', '+'], "_")),
+        }),
+        "cassandra" => Box::new(Cassandra {
+            keyspace: format!("compliance_{}", run.replace(['-', '+'], "_")),
         }),
         "kafka" => Box::new(Kafka {
             topic: format!("compliance-{}", run.replace('+', "-")),

@@ -21,17 +21,35 @@ pub(crate) fn print_sources() {
     println!("each on its own --threads shards, one view; a file is read alone.");
 }
 
-/// `sonde schema [--json | --clickhouse [DB] [--kafka BROKERS/TOPIC]]`: the flow record's
-/// fields (JSON key, kind, unit, group, IPFIX element, history) as Markdown or as
-/// `/api/v1/schema` answers, or the ClickHouse statements of `--export clickhouse://…/DB`
-/// (with `--kafka`, also the Kafka engine table and view that read sonde's topic).
+/// `sonde schema [--json | --clickhouse [DB] [--kafka BROKERS/TOPIC] | --cassandra [KEYSPACE]]`:
+/// the flow record's fields (JSON key, kind, unit, group, IPFIX element, history) as Markdown or
+/// as `/api/v1/schema` answers, or the ClickHouse statements of `--export clickhouse://…/DB`
+/// (with `--kafka`, also the Kafka engine table and view that read sonde's topic), or the CQL
+/// statements of `--export cassandra://…/KEYSPACE`.
 pub(crate) fn schema_command(args: &[String]) -> ExitCode {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
-    let usage = "use 'sonde schema' (Markdown), 'sonde schema --json' or 'sonde schema \
-                 --clickhouse [DB] [--kafka BROKER:PORT/TOPIC]'";
+    let usage = "use 'sonde schema' (Markdown), 'sonde schema --json', 'sonde schema \
+                 --clickhouse [DB] [--kafka BROKER:PORT/TOPIC]' or 'sonde schema --cassandra \
+                 [KEYSPACE]'";
     match a.as_slice() {
         [] => print!("{}", sonde_export::schema::markdown()),
         ["--json"] => println!("{:#}", sonde_export::schema::json()),
+        ["--cassandra", rest @ ..] if rest.len() <= 1 => {
+            let ks = rest.first().copied().unwrap_or("sonde");
+            // The keyspace name checked as the URL's is.
+            if let Err(e) = sonde_probe::CassandraTarget::parse(&format!("cassandra://h:9042/{ks}"))
+            {
+                eprintln!("sonde: error: schema --cassandra {ks}: {e}");
+                return ExitCode::from(2);
+            }
+            // The statements `--export cassandra://…/KEYSPACE` runs (replication factor 1).
+            for st in sonde_probe::cassandra_keyspace_statements(ks, 1)
+                .into_iter()
+                .chain(sonde_probe::cassandra_statements(ks))
+            {
+                println!("{st};");
+            }
+        }
         ["--clickhouse", rest @ ..] => {
             let (db, rest) = match rest {
                 [db, rest @ ..] if !db.starts_with("--") => (*db, rest),
