@@ -133,6 +133,8 @@ def test_the_history_api_from_clickhouse_equals_the_local_stores(clickhouse, son
         assert central.get("/api/v1/history/flows?exporter=192.0.2.1")[1]["flows"] == []
         status, err = local.get("/api/v1/history/flows?exporter=192.0.2.1")
         assert status == 400 and "exporter=" in err["error"], err
+        assert local.get("/api/v1/history/top/exporters") == (200, {"rows": []}), \
+            "a local store is one probe's: no probes to pick"
         assert central.get("/api/v1/history/flows?exporter=nope")[0] == 400
         # Series (by flow start, per minute): the capture's bytes, and one host's both ways.
         last = max(r["LAST_SWITCHED"] for r in want)
