@@ -106,7 +106,8 @@ fn get(addr: SocketAddr, path: &str) -> io::Result<Reply> {
     Ok(Reply { status, body, ms })
 }
 
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
+/// A chunked HTTP body (`Transfer-Encoding: chunked`) joined, or None if it is cut short.
+pub(crate) fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
     let mut out = Vec::new();
     loop {
         let eol = b.windows(2).position(|w| w == b"\r\n")?;

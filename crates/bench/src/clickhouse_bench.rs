@@ -286,24 +286,9 @@ fn http(addr: SocketAddr, method: &str, path: &str, body: &[u8]) -> Result<(u16,
         .ok_or("no status")?;
     let mut b = raw[end + 4..].to_vec();
     if head.contains("transfer-encoding: chunked") {
-        b = dechunk(&b).ok_or("bad chunked body")?;
+        b = crate::api_bench::dechunk(&b).ok_or("bad chunked body")?;
     }
     Ok((status, String::from_utf8_lossy(&b).into_owned()))
-}
-
-fn dechunk(mut b: &[u8]) -> Option<Vec<u8>> {
-    let mut out = Vec::new();
-    loop {
-        let eol = b.windows(2).position(|w| w == b"\r\n")?;
-        let line = std::str::from_utf8(&b[..eol]).ok()?;
-        let size = usize::from_str_radix(line.split(';').next()?.trim(), 16).ok()?;
-        b = &b[eol + 2..];
-        if size == 0 {
-            return Some(out);
-        }
-        out.extend_from_slice(b.get(..size)?);
-        b = b.get(size + 2..)?;
-    }
 }
 
 /// A sonde serving the REST API from ClickHouse (`--history`); killed when dropped.
