@@ -388,6 +388,48 @@ export interface FilterSets {
   seconds: { t: number; counts: [number, number][] }[];
 }
 
+/** An alert (the alert engine's record; see ARCHITECTURE.md, "Alerts"). Times are Unix seconds. */
+export interface Alert {
+  id: number;
+  type: string;
+  severity: string;
+  entity: { kind: string; value: string };
+  state: 'engaged' | 'released';
+  start: number;
+  end: number | null;
+  first_seen?: number;
+  last_seen?: number;
+  summary: string;
+  source: string;
+  host?: string;
+  evidence: unknown;
+  flaps?: number;
+  acked_by?: string;
+  acked_at?: number;
+  released_by?: string;
+}
+
+export interface AlertCounters {
+  engaged: Record<string, number>;
+  released: Record<string, number>;
+  rate_limited: Record<string, number>;
+  entity_limited: Record<string, number>;
+  excluded: Record<string, number>;
+  flaps: Record<string, number>;
+}
+
+export interface AlertExclusion {
+  id: number;
+  type: string | null;
+  host: string | null;
+  net: string | null;
+  app: string | null;
+  comment: string;
+  by: string;
+  created: number;
+  removable: boolean;
+}
+
 export interface Accounts {
   users: { name: string; role: string }[];
   tokens: { name: string; role: string }[];
@@ -467,6 +509,13 @@ export const api = {
   interval: (signal?: AbortSignal) => request<IntervalAnswer>('GET', '/api/v1/interval', undefined, signal),
   historyIntervalTop: <R>(list: TopList, params: Params, signal?: AbortSignal) =>
     request<HistoryIntervalTop<R>>('GET', `/api/v1/history/intervals/top/${list}${query(params)}`, undefined, signal),
+  alerts: (params: Params, signal?: AbortSignal) =>
+    request<{ engaged: Alert[]; alerts: Alert[]; total: number; offset: number; limit: number; counters: AlertCounters }>('GET', `/api/v1/alerts${query(params)}`, undefined, signal),
+  exclusions: (signal?: AbortSignal) => request<{ exclusions: AlertExclusion[] }>('GET', '/api/v1/alerts/exclusions', undefined, signal),
+  addExclusion: (x: { type?: string; host?: string; net?: string; app?: string; comment?: string }) =>
+    request<AlertExclusion>('POST', '/api/v1/admin/alerts/exclusions', x),
+  deleteExclusion: (id: number) => request<void>('DELETE', `/api/v1/admin/alerts/exclusions/${id}`),
+  ackAlert: (id: number) => request<Alert>('POST', `/api/v1/admin/alerts/${id}/ack`),
   anomalies: (params: Params, signal?: AbortSignal) => request<Anomalies>('GET', `/api/v1/anomalies${query(params)}`, undefined, signal),
   filtersets: (seconds: number, signal?: AbortSignal) => request<FilterSets>('GET', `/api/v1/filtersets${query({ seconds })}`, undefined, signal),
   accounts: () => request<Accounts>('GET', '/api/v1/admin/users'),

@@ -6,6 +6,7 @@ import { api, ApiError, setUnauthorizedHandler, type FilterSets, type Me } from 
 import { el, link, replace } from './dom';
 import { href, parse } from './router';
 import * as theme from './theme';
+import { alerts } from './views/alerts';
 import { anomalies } from './views/anomalies';
 import { applications } from './views/applications';
 import { dashboard } from './views/dashboard';
@@ -41,6 +42,7 @@ const PAGES: Record<string, Page> = {
   applications: { view: applications, title: 'Applications', nav: true },
   interface: { view: iface, title: 'Interface', nav: true },
   top: { view: top, title: 'Top-N', nav: true, needsAnalytics: true },
+  alerts: { view: alerts, title: 'Alerts', nav: true },
   anomalies: { view: anomalies, title: 'Anomalies', nav: true, needsAnalytics: true },
   filters: { view: filters, title: 'Filters', nav: true, needsFilters: true },
   history: { view: history, title: 'History', nav: true, needsHistory: true },

@@ -757,7 +757,7 @@ BAD = [
     (["--threshold", "10.0.0.300/8:ddos.pps=5"], r"--threshold '10.0.0.300/8:ddos.pps=5'.*network"),
     (["--threshold", "2001:db8::/129:ddos.pps=5"], r"--threshold '2001:db8::/129:ddos.pps=5'.*network"),
     (["--top-interval", "0"], r"--top-interval"),
-    (["--analytics", "off", "--alerts-out", "/dev/null"], r"--analytics off.*--alerts-out"),
+    (["--analytics", "off", "--threshold", "ddos.pps=5"], r"--analytics off.*--threshold"),
 ]
 
 

@@ -5,6 +5,7 @@
 //! ```text
 //! DATA_DIR/analytics/YYYY-MM-DD.intervals.jsonl    one merged interval per line, by its start
 //! DATA_DIR/analytics/YYYY-MM-DD.detections.jsonl   detection records (start and end events)
+//! DATA_DIR/analytics/YYYY-MM-DD.alerts.jsonl       alert events (start, end, ack), by `at`
 //! ```
 //!
 //! Each line is appended with one write and the files are made durable (`fdatasync`) after
@@ -30,6 +31,8 @@ fn day_name(unix_s: u64) -> String {
 pub enum Kind {
     Intervals,
     Detections,
+    /// Alert events (start, end, ack), by the time of the event (`at`).
+    Alerts,
 }
 
 impl Kind {
@@ -37,6 +40,7 @@ impl Kind {
         match self {
             Kind::Intervals => ".intervals.jsonl",
             Kind::Detections => ".detections.jsonl",
+            Kind::Alerts => ".alerts.jsonl",
         }
     }
 }
@@ -153,7 +157,7 @@ pub fn read(
     }
     // The day files present, in order; a detection may be filed under its start day, so one
     // day before the range is read too.
-    let first = (from / 86_400).saturating_sub((kind == Kind::Detections) as u64);
+    let first = (from / 86_400).saturating_sub((kind != Kind::Intervals) as u64);
     let (lo, hi) = (day_name(first * 86_400), day_name(to.saturating_sub(1)));
     let mut days: Vec<PathBuf> = fs::read_dir(&dir)
         .map_err(|e| format!("cannot read '{}': {e}", dir.display()))?

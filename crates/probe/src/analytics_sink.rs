@@ -1,15 +1,15 @@
 //! The analytics thread: shards hand over their per-second and per-interval reports
 //! ([`sonde_analytics::Report`]); one [`Merger`] adds them up, checks the thresholds, and
-//! writes detections to `--alerts-out` (JSON lines, flushed at once) and, with a data
-//! directory, intervals and detections to the history (`sonde_analytics::store`).
+//! hands detections to the alert hub (`crate::alerts`: `--alerts-out`, the alert store,
+//! notifications) and, with a data directory, writes intervals and detections to the history
+//! (`sonde_history::analytics`).
 
 use crossbeam_channel::{Receiver, Sender};
 use serde_json::Value;
 use sonde_analytics::merge::{AppNamer, Live, Merger, Output};
 use sonde_analytics::{AnalyticsConfig, FilterCounts, FilterSets, Report, WatchList};
 use sonde_history::analytics::{self as store, Kind};
-use std::io::Write;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::Duration;
@@ -18,8 +18,6 @@ use std::time::Duration;
 #[derive(Clone, Debug)]
 pub struct AnalyticsSettings {
     pub config: AnalyticsConfig,
-    /// Detections as JSON lines (`-` for standard output).
-    pub alerts_out: Option<PathBuf>,
     /// The data directory and its retention in seconds (0: none), for the history.
     pub history: Option<(PathBuf, u64)>,
 }
@@ -52,7 +50,6 @@ pub struct AnalyticsReport {
     pub intervals: u64,
     pub seconds: u64,
     pub late_reports: u64,
-    pub alerts_written: u64,
 }
 
 /// Names an application the way flow records do (`TLS.Google`, `Unknown`).
@@ -65,34 +62,6 @@ pub fn app_namer() -> AppNamer {
         }
         .name()
     })
-}
-
-struct AlertsFile {
-    out: Box<dyn Write + Send>,
-    written: Arc<Mutex<(u64, Option<std::io::Error>)>>,
-}
-
-impl Output for AlertsFile {
-    fn detection(&mut self, record: &Value) {
-        let mut line = record.to_string();
-        line.push('\n');
-        // Flushed at once: whoever tails the file sees a detection when it happens.
-        let r = self
-            .out
-            .write_all(line.as_bytes())
-            .and_then(|_| self.out.flush());
-        let mut w = self.written.lock().unwrap_or_else(|e| e.into_inner());
-        match r {
-            Ok(()) => w.0 += 1,
-            Err(e) => {
-                if w.1.is_none() {
-                    w.1 = Some(e);
-                }
-            }
-        }
-    }
-
-    fn interval(&mut self, _summary: &Value) {}
 }
 
 struct History {
@@ -136,18 +105,6 @@ impl Output for History {
     fn second(&mut self, _second: u64, _filters: &FilterCounts) {}
 }
 
-fn open_alerts(path: &Path) -> Result<Box<dyn Write + Send>, String> {
-    if path.as_os_str() == "-" {
-        return Ok(Box::new(std::io::stdout()));
-    }
-    let f = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .open(path)
-        .map_err(|e| format!("--alerts-out: cannot write '{}': {e}", path.display()))?;
-    Ok(Box::new(f))
-}
-
 type Thread = JoinHandle<Result<AnalyticsReport, String>>;
 
 /// Opens the outputs (a bad path is reported before anything runs) and starts the thread.
@@ -155,14 +112,12 @@ pub(crate) fn start(
     settings: &AnalyticsSettings,
     config: Arc<AnalyticsConfig>,
     watch: Arc<WatchList>,
+    alerts: Option<Arc<crate::alerts::AlertHub>>,
 ) -> Result<(Sender<AnalyticsMsg>, Thread, AnalyticsView), String> {
     let mut outputs: Vec<Box<dyn Output>> = Vec::new();
-    let written = Arc::new(Mutex::new((0u64, None)));
-    if let Some(p) = &settings.alerts_out {
-        outputs.push(Box::new(AlertsFile {
-            out: open_alerts(p)?,
-            written: written.clone(),
-        }));
+    // Detections become alerts (the hub writes --alerts-out and the alert store).
+    if let Some(hub) = alerts {
+        outputs.push(Box::new(crate::alerts::DetectionFeed { hub }));
     }
     let history_error = Arc::new(Mutex::new(None));
     if let Some((dir, max_age)) = &settings.history {
@@ -181,7 +136,7 @@ pub(crate) fn start(
     let (tx, rx) = crossbeam_channel::bounded::<AnalyticsMsg>(1024);
     let h = std::thread::Builder::new()
         .name("analytics".into())
-        .spawn(move || run(merger, rx, written, history_error))
+        .spawn(move || run(merger, rx, history_error))
         .map_err(|e| format!("cannot start the analytics thread: {e}"))?;
     Ok((tx, h, view))
 }
@@ -189,7 +144,6 @@ pub(crate) fn start(
 fn run(
     mut m: Merger,
     rx: Receiver<AnalyticsMsg>,
-    written: Arc<Mutex<(u64, Option<std::io::Error>)>>,
     history_error: Arc<Mutex<Option<String>>>,
 ) -> Result<AnalyticsReport, String> {
     loop {
@@ -206,10 +160,6 @@ fn run(
     }
     m.finish();
     let live = m.live.lock().unwrap_or_else(|e| e.into_inner());
-    let w = written.lock().unwrap_or_else(|e| e.into_inner());
-    if let Some(e) = &w.1 {
-        return Err(format!("--alerts-out: cannot write: {e}"));
-    }
     if let Some(e) = history_error
         .lock()
         .unwrap_or_else(|e| e.into_inner())
@@ -222,6 +172,5 @@ fn run(
         intervals: live.intervals_merged,
         seconds: live.seconds_merged,
         late_reports: live.late_reports,
-        alerts_written: w.0,
     })
 }

@@ -161,6 +161,8 @@ pub struct ProbeConfig {
     pub linger: bool,
     /// Traffic analytics: filter-sets, top-N and anomaly lists, DDoS thresholds (None: off).
     pub analytics: Option<crate::AnalyticsSettings>,
+    /// Alerts: the engine's rules, outputs and built-in checks (None: no alerts at all).
+    pub alerts: Option<crate::alerts::AlertSettings>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -196,6 +198,7 @@ impl ProbeConfig {
             series: None,
             linger: false,
             analytics: None,
+            alerts: None,
         }
     }
 }

@@ -6,6 +6,7 @@
 //! reader, expired flow records to the sink) or as periodic copies (stats every few thousand
 //! packets, snapshots on request between batches), so readers never stop packet processing.
 
+pub mod alerts;
 mod analytics_sink;
 mod cassandra_sink;
 mod clickhouse_history;
@@ -27,6 +28,7 @@ pub mod sinks;
 mod source;
 mod zmq_sink;
 
+pub use alerts::{AlertHub, AlertSettings, CheckSettings};
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};
 pub use cassandra_sink::{
     keyspace_statements as cassandra_keyspace_statements, statements as cassandra_statements,

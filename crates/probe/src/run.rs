@@ -80,6 +80,8 @@ pub struct Summary {
     pub error: Option<CaptureError>,
     /// What the analytics did (with analytics on).
     pub analytics: Option<crate::AnalyticsReport>,
+    /// What the alert engine engaged, released and refused (with alerts on).
+    pub alerts: Option<serde_json::Value>,
     /// Filter-set totals, every shard added up, with the sets they belong to.
     pub filter_sets: Option<(
         Arc<sonde_analytics::FilterSets>,
@@ -118,6 +120,9 @@ pub struct Probe {
     analytics: Option<JoinHandle<Result<crate::AnalyticsReport, String>>>,
     analytics_view: Option<crate::AnalyticsView>,
     sink_live: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
+    alerts: Option<Arc<crate::alerts::AlertHub>>,
+    /// The checks thread and its stop flag.
+    alerts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
 impl Probe {
@@ -144,6 +149,7 @@ impl Probe {
             started: self.started,
             dns: self.dns.clone(),
             analytics: self.analytics_view.clone(),
+            alerts: self.alerts.clone(),
         }
     }
 
@@ -269,6 +275,15 @@ impl Probe {
             ),
             None => None,
         };
+        // The detections have all been handed over: the alerts end with the run.
+        if let Some((stop, h)) = self.alerts_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
+        let alerts = self.alerts.as_ref().map(|hub| {
+            hub.finish();
+            hub.report()
+        });
         let filter_sets = self
             .analytics_view
             .as_ref()
@@ -283,6 +298,7 @@ impl Probe {
         let error = self.error.lock().unwrap_or_else(|e| e.into_inner()).take();
         Ok(Summary {
             analytics,
+            alerts,
             filter_sets,
             series,
             host_cache,
@@ -312,9 +328,15 @@ pub struct ProbeView {
     started: Instant,
     dns: Option<Arc<DnsCache>>,
     analytics: Option<crate::AnalyticsView>,
+    alerts: Option<Arc<crate::alerts::AlertHub>>,
 }
 
 impl ProbeView {
+    /// The alerts (None when the run has none).
+    pub fn alerts(&self) -> Option<&Arc<crate::alerts::AlertHub>> {
+        self.alerts.as_ref()
+    }
+
     /// Every flow sink's counters while it runs.
     pub fn sinks(&self) -> &[Arc<crate::sink_queue::SinkLive>] {
         &self.sinks
@@ -644,9 +666,13 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             ..a.config.clone()
         })
     });
+    let alerts = match &cfg.alerts {
+        Some(a) => Some(crate::alerts::AlertHub::open(a).map_err(ProbeError::Config)?),
+        None => None,
+    };
     let analytics = match (&cfg.analytics, &analytics_config) {
         (Some(a), Some(c)) => Some(
-            crate::analytics_sink::start(a, c.clone(), watch.clone())
+            crate::analytics_sink::start(a, c.clone(), watch.clone(), alerts.clone())
                 .map_err(ProbeError::Config)?,
         ),
         _ => None,
@@ -930,7 +956,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             }
         }
     }
-    Ok(Probe {
+    let mut probe = Probe {
         sink_live,
         shared,
         stop,
@@ -952,7 +978,36 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         error,
         started: Instant::now(),
         deadline,
-    })
+        alerts,
+        alerts_thread: None,
+    };
+    if let (Some(hub), Some(a)) = (&probe.alerts, &cfg.alerts) {
+        let stop = Arc::new(AtomicBool::new(false));
+        let h = crate::alerts::start_checks(
+            hub.clone(),
+            probe.view(),
+            a.checks.clone(),
+            input_name(&cfg),
+            stop.clone(),
+        )
+        .map_err(ProbeError::Config)?;
+        probe.alerts_thread = Some((stop, h));
+    }
+    Ok(probe)
+}
+
+/// The input as alerts name it (capture.drops' entity).
+fn input_name(cfg: &ProbeConfig) -> String {
+    cfg.inputs
+        .iter()
+        .map(|i| match i {
+            Input::Live(name) => name.clone(),
+            Input::File(p) => p.display().to_string(),
+            Input::Synthetic(_) => "synthetic".into(),
+            Input::Collect(_) => "collector".into(),
+        })
+        .collect::<Vec<_>>()
+        .join(",")
 }
 
 const DISPATCH_BATCH: usize = 256;

@@ -156,7 +156,7 @@ pub(crate) async fn filtersets(
 
 /// `from` and `to` (the filter text of `sonde query`: Unix seconds, dates, `-2h`), as Unix
 /// seconds; by default everything kept (as `/api/v1/history/flows`).
-fn range_of(q: &HashMap<String, String>) -> Result<(u64, u64), ApiError> {
+pub(crate) fn range_of(q: &HashMap<String, String>) -> Result<(u64, u64), ApiError> {
     use sonde_history::filter_text::parse_time;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)

@@ -9,6 +9,7 @@
 //! [`users`]) and optionally TLS ([`tls`]). Without logins (`--no-auth`) it only listens on
 //! loopback addresses: [`check_addr`] refuses others.
 
+mod alerts;
 mod analytics;
 pub mod auth;
 pub mod console;
@@ -250,6 +251,17 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
             "/api/v1/history/anomalies",
             get(analytics::history_anomalies),
         )
+        .route("/api/v1/alerts", get(alerts::list))
+        .route("/api/v1/alerts/exclusions", get(alerts::exclusions))
+        .route(
+            "/api/v1/admin/alerts/exclusions",
+            post(alerts::add_exclusion),
+        )
+        .route(
+            "/api/v1/admin/alerts/exclusions/{id}",
+            delete(alerts::delete_exclusion),
+        )
+        .route("/api/v1/admin/alerts/{id}/ack", post(alerts::ack))
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/schema", get(schema))
@@ -1033,6 +1045,7 @@ async fn metrics(State(s): Shared) -> Response {
     if let Some(a) = s.view.analytics() {
         analytics::metrics(&mut out, a);
     }
+    alerts::metrics(&mut out, &s);
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

@@ -160,10 +160,23 @@ pub struct Cli {
     /// 'sonde --threshold help' lists the keys.
     #[arg(long, value_name = "[NET:]KEY=VALUE")]
     pub threshold: Vec<String>,
-    /// Write detections (scans, floods, DDoS, ICMP errors, noisy hosts) as JSON lines to FILE
-    /// ('-' for standard output).
+    /// Write alerts (detections, built-in checks, scripts) as JSON lines to FILE, one line when
+    /// an alert engages and one when it is released ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub alerts_out: Option<PathBuf>,
+    /// Never raise alerts that match SPEC: type=TYPE (or a prefix: scan.*), host=ADDR,
+    /// net=CIDR, app=NAME, comment=TEXT, comma-separated; may be given several times.
+    #[arg(long, value_name = "SPEC")]
+    pub alert_exclude: Vec<String>,
+    /// The alert rules: hold=SECS (a release waits this long for the condition to come back),
+    /// burst=N and per_minute=N (new alerts of one type), per_entity_hour=N (of one type about
+    /// one entity). Default: hold=30,burst=20,per_minute=10,per_entity_hour=6.
+    #[arg(long, value_name = "KEY=VALUE,...")]
+    pub alert_limits: Option<String>,
+    /// Addresses and networks, one per line ('#' comments), whose presence in the traffic
+    /// raises a host.listed alert.
+    #[arg(long, value_name = "FILE")]
+    pub alert_hosts: Option<PathBuf>,
     /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub analytics: OnOff,

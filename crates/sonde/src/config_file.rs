@@ -33,6 +33,8 @@ pub struct File {
     pub history: HistorySection,
     #[serde(default)]
     pub analytics: AnalyticsSection,
+    #[serde(default)]
+    pub alerts: AlertsSection,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -117,10 +119,21 @@ pub struct HistorySection {
 
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
+pub struct AlertsSection {
+    pub out: Option<PathBuf>,
+    #[serde(default)]
+    pub exclude: Vec<String>,
+    pub limits: Option<String>,
+    pub hosts: Option<PathBuf>,
+}
+
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
 pub struct AnalyticsSection {
     pub enabled: Option<bool>,
     pub top_interval: Option<u64>,
     pub top_n: Option<usize>,
+    /// Kept for old files: `[alerts] out` is the same.
     pub alerts_out: Option<PathBuf>,
     #[serde(default, deserialize_with = "thresholds")]
     pub thresholds: Option<Vec<String>>,
@@ -479,6 +492,12 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set_opt!(alerts_out, a.alerts_out.map(path));
     add!(threshold, a.thresholds);
     add!(filter_set, Some(a.filter_set.into_iter().map(|t| t.spec)));
+
+    let a = file.alerts;
+    set_opt!(alerts_out, a.out.map(path));
+    add!(alert_exclude, Some(a.exclude));
+    set_opt!(alert_limits, a.limits);
+    set_opt!(alert_hosts, a.hosts.map(path));
 }
 
 /// `sonde config example`: every section, with the defaults, commented.

@@ -43,6 +43,34 @@ enum What {
     Top(TopArgs),
     /// Detections (scans, floods, DDoS, ICMP errors, noisy hosts) over a range.
     Anomalies(AnomalyArgs),
+    /// Alerts (engaged and released, every source) that overlap a range, newest first.
+    Alerts(AlertArgs),
+}
+
+#[derive(Parser, Debug)]
+struct AlertArgs {
+    /// Alerts active at some time in this range: Unix seconds, 2026-11-23T08:00:00Z,
+    /// 2026-11-23, or relative to now (-15m, -2h, -7d). Default: everything kept.
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    from: Option<String>,
+    #[arg(long, value_name = "TIME", allow_hyphen_values = true)]
+    to: Option<String>,
+    /// An alert type (ddos, scan.port, capture.drops, script.NAME...) or a prefix (scan.*).
+    #[arg(long = "type", value_name = "TYPE")]
+    kind: Option<String>,
+    /// This severity and above: info, notice, warning, error, critical.
+    #[arg(long)]
+    severity: Option<String>,
+    /// Alerts about this entity (a host's address, an interface...).
+    #[arg(long)]
+    entity: Option<String>,
+    /// engaged, released or all.
+    #[arg(long, default_value = "all")]
+    state: String,
+    #[arg(long, default_value_t = 100)]
+    limit: usize,
+    #[arg(long, value_enum, default_value_t = OutFormat::Table)]
+    format: OutFormat,
 }
 
 #[derive(Clone, Copy, Debug, ValueEnum)]
@@ -211,7 +239,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
     if cli.history.is_some()
         && matches!(
             cli.what,
-            What::Series(_) | What::Top(_) | What::Anomalies(_)
+            What::Series(_) | What::Top(_) | What::Anomalies(_) | What::Alerts(_)
         )
     {
         bail!(
@@ -229,6 +257,12 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
     if let What::Top(a) = &cli.what {
         let mut out = std::io::BufWriter::new(std::io::stdout().lock());
         top(&cli.data_dir, a, &mut out)?;
+        out.flush()?;
+        return Ok(());
+    }
+    if let What::Alerts(a) = &cli.what {
+        let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+        alerts(&cli.data_dir, a, &mut out)?;
         out.flush()?;
         return Ok(());
     }
@@ -318,7 +352,9 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                 .map(|(app, t)| ((query::app_name(app), 0), t));
             ranked_out(&mut out, r.common.format, "APPLICATION", rows.collect())?;
         }
-        What::Series(_) | What::Top(_) | What::Anomalies(_) => unreachable!("handled above"),
+        What::Series(_) | What::Top(_) | What::Anomalies(_) | What::Alerts(_) => {
+            unreachable!("handled above")
+        }
     }
     out.flush()?;
     Ok(())
@@ -528,6 +564,90 @@ fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
                     String::new()
                 }
             )?;
+        }
+    }
+    Ok(())
+}
+
+fn alerts(dir: &std::path::Path, a: &AlertArgs, out: &mut impl Write) -> Result<()> {
+    use sonde_history::analytics::{read, Kind};
+    if !["all", "engaged", "released"].contains(&a.state.as_str()) {
+        bail!("--state '{}': use engaged, released or all", a.state);
+    }
+    let min_severity = match &a.severity {
+        None => 0,
+        Some(s) => sonde_alerts::severity_rank(s).ok_or_else(|| {
+            anyhow::anyhow!(
+                "--severity '{s}': use one of {}",
+                sonde_alerts::SEVERITIES.join(", ")
+            )
+        })?,
+    };
+    let (from, to) = range(&a.from, &a.to)?;
+    if !dir.is_dir() {
+        bail!(
+            "{}: no such data directory (give sonde's --data-dir with --data-dir)",
+            dir.display()
+        );
+    }
+    let events = read(dir, Kind::Alerts, "at", from.saturating_sub(86_400), to)
+        .map_err(anyhow::Error::msg)?;
+    let rows = sonde_alerts::fold(events, from, to);
+    let kind_ok = |t: &str| match a.kind.as_deref() {
+        None => true,
+        Some(k) => match k.strip_suffix('*') {
+            Some(p) => t.starts_with(p),
+            None => t == k,
+        },
+    };
+    let rows = rows
+        .iter()
+        .filter(|r| kind_ok(r["type"].as_str().unwrap_or("")))
+        .filter(|r| a.state == "all" || r["state"] == a.state.as_str())
+        .filter(|r| {
+            r["severity"]
+                .as_str()
+                .and_then(sonde_alerts::severity_rank)
+                .unwrap_or(0)
+                >= min_severity
+        })
+        .filter(|r| {
+            a.entity
+                .as_deref()
+                .is_none_or(|e| r["entity"]["value"] == e || r["host"] == e)
+        })
+        .take(a.limit);
+    match a.format {
+        OutFormat::Jsonl => {
+            for r in rows {
+                writeln!(out, "{r}")?;
+            }
+        }
+        OutFormat::Table => {
+            writeln!(
+                out,
+                "{:>6}  {:<8}  {:<8}  {:<16}  {:<32}  {:<24}  {:<24}  SUMMARY",
+                "ID", "STATE", "SEVERITY", "TYPE", "ENTITY", "START", "END"
+            )?;
+            for r in rows {
+                let s = |v: &serde_json::Value| v.as_str().map(printable).unwrap_or_default();
+                let t = |k: &str| {
+                    r[k].as_u64()
+                        .map_or("-".to_string(), |v| format_time(v * 1000))
+                };
+                writeln!(
+                    out,
+                    "{:>6}  {:<8}  {:<8}  {:<16}  {:<32}  {:<24}  {:<24}  {}",
+                    r["id"].as_u64().unwrap_or(0),
+                    s(&r["state"]),
+                    s(&r["severity"]),
+                    s(&r["type"]),
+                    s(&r["entity"]["value"]),
+                    t("start"),
+                    t("end"),
+                    s(&r["summary"]),
+                )?;
+            }
         }
     }
     Ok(())

@@ -45,9 +45,9 @@ fn dpi_config(cli: &Cli) -> Result<Option<DpiConfig>> {
 fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings>> {
     use sonde_analytics::{AnalyticsConfig, FilterSetSpec, FilterSets, Thresholds};
     if cli.analytics == OnOff::Off {
-        if !cli.filter_set.is_empty() || !cli.threshold.is_empty() || cli.alerts_out.is_some() {
+        if !cli.filter_set.is_empty() || !cli.threshold.is_empty() {
             bail!(
-                "--analytics off contradicts --filter-set, --threshold and --alerts-out: drop one or the other"
+                "--analytics off contradicts --filter-set and --threshold: drop one or the other"
             );
         }
         return Ok(None);
@@ -81,9 +81,59 @@ fn analytics_settings(cli: &Cli) -> Result<Option<sonde_probe::AnalyticsSettings
             filter_sets,
             shards: cli.threads.max(1),
         },
-        alerts_out: cli.alerts_out.clone(),
         history,
     }))
+}
+
+/// The alert flags: exclusions and limits parsed, the list of hosts read (errors name the
+/// flag and what to write instead).
+fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
+    let exclusions = cli
+        .alert_exclude
+        .iter()
+        .map(|t| {
+            sonde_alerts::Exclusion::parse(t)
+                .map_err(|e| anyhow::anyhow!("--alert-exclude {t:?}: {e}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut engine = sonde_alerts::Config::default();
+    if let Some(text) = &cli.alert_limits {
+        for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
+            let bad = || {
+                anyhow::anyhow!(
+                    "--alert-limits {part:?}: use hold=SECS, burst=N, per_minute=N or per_entity_hour=N (whole numbers)"
+                )
+            };
+            let (k, v) = part.split_once('=').ok_or_else(bad)?;
+            let n: u64 = v.trim().parse().map_err(|_| bad())?;
+            let small = || u32::try_from(n).map_err(|_| bad());
+            match k.trim() {
+                "hold" => engine.hold_s = n,
+                "burst" => engine.type_burst = small()?.max(1),
+                "per_minute" => engine.type_per_minute = small()?,
+                "per_entity_hour" => engine.entity_per_hour = small()?.max(1),
+                _ => return Err(bad()),
+            }
+        }
+    }
+    let mut checks = sonde_probe::CheckSettings {
+        history_cap: (cli.history_max_size.max(0.0) * (1u64 << 30) as f64) as u64,
+        ..Default::default()
+    };
+    if let Some(p) = &cli.alert_hosts {
+        checks.listed = sonde_probe::alerts::read_list(p).map_err(anyhow::Error::msg)?;
+        checks.listed_file = Some(p.clone());
+    }
+    Ok(sonde_probe::AlertSettings {
+        engine,
+        exclusions,
+        alerts_out: cli.alerts_out.clone(),
+        history: cli.data_dir.clone().map(|d| {
+            let max_age = (cli.history_max_age.max(0.0) * 86_400.0) as u64;
+            (d, max_age)
+        }),
+        checks,
+    })
 }
 
 /// A network sink's URL without its queue options (`?when_full=block&queue=256`), and what
@@ -303,6 +353,7 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         });
     }
     cfg.analytics = analytics_settings(cli)?;
+    cfg.alerts = Some(alert_settings(cli)?);
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")
