@@ -401,11 +401,12 @@ struct Log {
 const LOG_EVERY: Duration = Duration::from_secs(10);
 
 impl Log {
-    fn failure(&mut self, name: &str, what: &str) {
+    /// Writes the line unless one was written in the last `LOG_EVERY`; answers whether it did.
+    fn failure(&mut self, name: &str, what: &str) -> bool {
         let now = Instant::now();
         if self.last.is_some_and(|t| now.duration_since(t) < LOG_EVERY) {
             self.hidden += 1;
-            return;
+            return false;
         }
         let hidden = match self.hidden {
             0 => String::new(),
@@ -414,6 +415,7 @@ impl Log {
         eprintln!("sonde: --notify '{name}': {what}{hidden}");
         self.last = Some(now);
         self.hidden = 0;
+        true
     }
 }
 
@@ -498,7 +500,7 @@ impl Worker {
                 } else {
                     "no retries left"
                 };
-                self.log.failure(
+                let _ = self.log.failure(
                     &s.name,
                     &format!(
                         "alert {id} given up after {} attempts ({why}): {}",
@@ -508,7 +510,7 @@ impl Worker {
                 );
                 return Outcome::Done;
             }
-            self.log.failure(
+            let _ = self.log.failure(
                 &s.name,
                 &format!(
                     "alert {id}: attempt {} failed: {}; retrying in {:.1}s",
@@ -655,6 +657,18 @@ mod tests {
                 "{line}"
             );
         }
+    }
+
+    #[test]
+    fn failure_log_is_rate_limited() {
+        let mut log = Log::default();
+        assert!(log.failure("t", "first"));
+        assert!(!log.failure("t", "second"));
+        assert!(!log.failure("t", "third"));
+        assert_eq!(log.hidden, 2);
+        log.last = Some(Instant::now() - LOG_EVERY);
+        assert!(log.failure("t", "after 10 s"));
+        assert_eq!(log.hidden, 0);
     }
 
     #[test]

@@ -217,7 +217,8 @@ fn reply(r: &mut impl BufRead) -> Result<String, String> {
             Err(e) => return Err(io_text(&e)),
         }
         all.push_str(&line);
-        if line.as_bytes().get(3) != Some(&b'-') {
+        let code = line.len() >= 3 && line.as_bytes()[..3].iter().all(u8::is_ascii_digit);
+        if !code || line.as_bytes().get(3) != Some(&b'-') {
             return Ok(all);
         }
     }
