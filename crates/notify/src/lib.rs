@@ -326,7 +326,13 @@ impl Drop for Notifier {
 
 /// The Prometheus text of `stats` (what [`Notifier::metrics`] writes).
 pub fn write_metrics(stats: &[TargetStats], out: &mut String) {
-    let families: [(&str, &str, &str, fn(&TargetStats) -> u64); 6] = [
+    type Family = (
+        &'static str,
+        &'static str,
+        &'static str,
+        fn(&TargetStats) -> u64,
+    );
+    let families: [Family; 6] = [
         (
             "sonde_notify_sent_total",
             "counter",
