@@ -1,6 +1,25 @@
-//! Alert notifications: delivers each alert record (the JSON object of
-//! `/work/notes/alert-contract.md`: `id`, `type`, `severity`, `entity`, `state`, `summary`, …) to
-//! the places named by `--notify URL` flags.
+//! Alert notifications: delivers each alert record (the JSON object the alert engine emits:
+//! `id`, `type`, `severity`, `entity: {kind, value}`, `state`, `start`, `end`, `summary`, `source`,
+//! `evidence`, …) to the places named by `--notify URL` flags.
+//!
+//! ```no_run
+//! use std::time::Duration;
+//! let targets = ["webhook+https://hooks.example/sonde?format=alertmanager", "syslog+udp://127.0.0.1:514"]
+//!     .iter()
+//!     .map(|s| sonde_notify::parse(s))
+//!     .collect::<Result<Vec<_>, String>>()?;
+//! let notifier = sonde_notify::Notifier::start(targets, sonde_notify::Options::default())?;
+//! # let alert = serde_json::json!({});
+//! notifier.send(&alert); // from the alert engine's thread: never blocks
+//! let mut metrics = String::new();
+//! notifier.metrics(&mut metrics); // for /metrics
+//! for s in notifier.finish(Duration::from_secs(5)) {
+//!     if s.queued > 0 {
+//!         eprintln!("{}: {} alerts not delivered", s.name, s.queued);
+//!     }
+//! }
+//! # Ok::<(), String>(())
+//! ```
 //!
 //! # Targets (`--notify URL`, repeatable)
 //!
@@ -26,13 +45,14 @@
 //! times; then the alert is given up (`given_up`). Failures that retrying cannot fix are given up at
 //! once: an HTTP 4xx other than 408 and 429, an SMTP 5xx. Each attempt has [`Options::timeout`].
 //! Failures are written to standard error at most once per target every 10 s, with the number not
-//! shown. [`Notifier::finish`] delivers what is queued until a deadline and stops the workers.
+//! shown. [`Notifier::finish`] delivers what is queued until a deadline and stops the workers
+//! (dropping the `Notifier` instead stops them after their current attempt, sending nothing more).
 //!
 //! Counters per target ([`Notifier::stats`], and for `/metrics` [`Notifier::metrics`]):
 //! `sent` (delivered alerts), `failures` (failed attempts), `retries` (attempts after the first),
 //! `dropped` (queue full), `given_up` (retries exhausted or a permanent failure), `queued` (waiting
-//! or being delivered now), and the last error. For every alert given to `send`:
-//! `sent + dropped + given_up + queued` = alerts sent to that target.
+//! or being delivered now), and the last error. For the alerts given to `send` (before `finish`):
+//! `sent + dropped + given_up + queued` = their number.
 //!
 //! # Escaping
 //!

@@ -134,7 +134,7 @@ impl Deliver for Sink {
         }
         let mut resp = req
             .send(&body[..])
-            .map_err(|e| Failure::retry(http_error(&e)))?;
+            .map_err(|e| Failure::retry(http_error(&e, self.config.url.starts_with("https:"))))?;
         let status = resp.status().as_u16();
         // Read (a bit of) the answer: it tells why, and lets the connection be reused.
         let text = resp
@@ -166,12 +166,18 @@ impl Deliver for Sink {
 }
 
 /// A short text for a transport error (e.g. "connection refused").
-fn http_error(e: &ureq::Error) -> String {
+fn http_error(e: &ureq::Error, https: bool) -> String {
     match e {
+        // rustls reports a bad handshake as invalid data.
+        ureq::Error::Io(io) if https && io.kind() == std::io::ErrorKind::InvalidData => {
+            format!("TLS: {io}")
+        }
         ureq::Error::Io(io) => crate::io_text(io),
         ureq::Error::Timeout(t) => format!("timed out ({t})"),
         ureq::Error::HostNotFound => "host not found".into(),
         ureq::Error::ConnectionFailed => "connection failed".into(),
+        ureq::Error::Rustls(e) => format!("TLS: {e}"),
+        ureq::Error::Tls(e) => format!("TLS: {e}"),
         e => e.to_string(),
     }
 }

@@ -298,3 +298,28 @@ fn queue_of_zero_is_refused() {
         .unwrap()
         .contains("at least 1"));
 }
+
+#[test]
+fn https_speaks_tls() {
+    // A plain-HTTP server behind an https URL: rustls refuses its answer.
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let port = l.local_addr().unwrap().port();
+    std::thread::spawn(move || {
+        for c in l.incoming() {
+            let mut c = c.unwrap();
+            let _ =
+                std::io::Write::write_all(&mut c, b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n");
+            std::thread::sleep(Duration::from_millis(200));
+        }
+    });
+    let n = one(&format!("webhook+https://127.0.0.1:{port}/x"), quick(0));
+    n.send(&alert(1, "engaged"));
+    wait_for("given up", WAIT, || n.stats()[0].given_up == 1);
+    let s = &n.stats()[0];
+    assert_eq!((s.sent, s.failures), (0, 1));
+    let e = s.last_error.as_deref().unwrap();
+    assert_eq!(
+        e,
+        "TLS: received corrupt message of type InvalidContentType"
+    );
+}
