@@ -21,6 +21,7 @@
 #   cassandra-driver (pip)   reads back what the Cassandra sink wrote (the node itself:
 #                     scripts/cassandra-server.sh fetches Cassandra 5.0's jars from Maven Central
 #                     once; it runs on the java 17 above)
+#   aiosmtpd (pip)    the SMTP server the --notify smtp:// tests (crates/notify/tests) send to
 #   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
@@ -92,7 +93,11 @@ need_cassandra_driver=0
 if ! python3 -c 'import cassandra.cluster' >/dev/null 2>&1; then
     need_cassandra_driver=1
 fi
-if [ "$need_chdb" = 1 ] || [ "$need_cassandra_driver" = 1 ]; then
+need_aiosmtpd=0
+if ! python3 -c 'import aiosmtpd' >/dev/null 2>&1; then
+    need_aiosmtpd=1
+fi
+if [ "$need_chdb" = 1 ] || [ "$need_cassandra_driver" = 1 ] || [ "$need_aiosmtpd" = 1 ]; then
     if [ "$PY_IS_SYSTEM" = 1 ] && ! python3 -m pip --version >/dev/null 2>&1; then
         missing+=(python3-pip)
     fi
@@ -128,6 +133,14 @@ if [ "$need_cassandra_driver" = 1 ]; then
         python3 -m pip install --quiet cassandra-driver
     fi
 fi
+if [ "$need_aiosmtpd" = 1 ]; then
+    echo "setup-test-deps: installing aiosmtpd with pip for $(command -v python3)"
+    if [ "$PY_IS_SYSTEM" = 1 ]; then
+        $SUDO python3 -m pip install --quiet --break-system-packages aiosmtpd
+    else
+        python3 -m pip install --quiet aiosmtpd
+    fi
+fi
 
 # The flow-protocol peers (with their services kept from starting).
 "$(dirname "$0")/setup-bench-deps.sh"
@@ -139,4 +152,5 @@ for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pma
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }
 python3 -m pytest --version >/dev/null 2>&1 || { echo "setup-test-deps: pytest still missing" >&2; exit 1; }
+python3 -c 'import aiosmtpd' >/dev/null 2>&1 || { echo "setup-test-deps: aiosmtpd still missing" >&2; exit 1; }
 echo "setup-test-deps: ok ($(tshark --version 2>/dev/null | head -1))"
