@@ -67,8 +67,8 @@ pub(crate) fn engage(args: &Value, source: &str) -> Result<Action, String> {
         v @ Value::Table(_) => lua_to_json(&v).map_err(|e| format!("sonde.alert: evidence{e}"))?,
         other => {
             return Err(format!(
-                "sonde.alert: evidence must be a table, not a {}",
-                other.type_name()
+                "sonde.alert: evidence must be a table, not {}",
+                article(other.type_name())
             ))
         }
     };
@@ -111,8 +111,8 @@ impl Fields {
     fn read(func: &'static str, args: &Value, known: &[&'static str]) -> Result<Fields, String> {
         let Value::Table(t) = args else {
             return Err(format!(
-                "{func} takes a table of named fields ({func}{{type = ..., entity = ...}}), not a {}",
-                args.type_name()
+                "{func} takes a table of named fields ({func}{{type = ..., entity = ...}}), not {}",
+                article(args.type_name())
             ));
         };
         let mut values = Vec::new();
@@ -156,9 +156,9 @@ impl Fields {
             Value::String(s) => Ok(Some(s.to_string_lossy())),
             Value::Integer(i) => Ok(Some(i.to_string())),
             other => Err(format!(
-                "{}: {name} must be a string, not a {}",
+                "{}: {name} must be a string, not {}",
                 self.func,
-                other.type_name()
+                article(other.type_name())
             )),
         }
     }
@@ -187,5 +187,13 @@ impl Fields {
             ));
         }
         Ok(e)
+    }
+}
+
+/// "a string", "an integer".
+fn article(type_name: &str) -> String {
+    match type_name.chars().next() {
+        Some('a' | 'e' | 'i' | 'o' | 'u') => format!("an {type_name}"),
+        _ => format!("a {type_name}"),
     }
 }

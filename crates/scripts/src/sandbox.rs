@@ -244,11 +244,11 @@ fn fetch_dispatch(lua: &Lua) -> mlua::Result<Function> {
     })
 }
 
-fn push_action(shared: &Mutex<Shared>, action: Action) -> Result<(), String> {
+fn push_action(func: &str, shared: &Mutex<Shared>, action: Action) -> Result<(), String> {
     let mut s = lock(shared);
     if s.actions.len() >= alerts::ACTIONS_PER_CALL {
         return Err(format!(
-            "more than {} alerts and releases in one call",
+            "{func}: more than {} alerts and releases in one call",
             alerts::ACTIONS_PER_CALL
         ));
     }
@@ -259,7 +259,7 @@ fn push_action(shared: &Mutex<Shared>, action: Action) -> Result<(), String> {
 fn alert_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Result<Function> {
     let (sh, source) = (shared.clone(), format!("script:{name}"));
     lua.create_function(move |_, args: Value| {
-        let result = alerts::engage(&args, &source).and_then(|a| push_action(&sh, a));
+        let result = alerts::engage(&args, &source).and_then(|a| push_action("sonde.alert", &sh, a));
         Ok(answer(result))
     })
 }
@@ -267,7 +267,7 @@ fn alert_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Re
 fn release_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Result<Function> {
     let (sh, source) = (shared.clone(), format!("script:{name}"));
     lua.create_function(move |_, args: Value| {
-        let result = alerts::release(&args, &source).and_then(|a| push_action(&sh, a));
+        let result = alerts::release(&args, &source).and_then(|a| push_action("sonde.release", &sh, a));
         Ok(answer(result))
     })
 }
