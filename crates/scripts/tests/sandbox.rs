@@ -250,3 +250,22 @@ fn scripts_can_move_between_threads() {
     .unwrap();
     assert_eq!(status_of(&scripts, "t.lua").calls, 1);
 }
+
+#[test]
+fn too_many_hosts_for_the_memory_cap_is_a_script_error() {
+    let source = "function every_second(now)\n  local hosts = sonde.hosts()\nend\n";
+    let limits = Limits {
+        memory_bytes: 2 << 20,
+        ..Limits::default()
+    };
+    let mut scripts = load_with(&[("many.lua", source)], limits);
+    let mut probe = FakeProbe {
+        hosts: (0..100_000).map(|i| host(&format!("10.0.{}.{}", i / 256, i % 256), i, i)).collect(),
+        ..FakeProbe::default()
+    };
+    scripts.tick(1, &mut probe);
+    assert_eq!(
+        status_of(&scripts, "many.lua").disabled_reason.as_deref(),
+        Some("memory limit exceeded (2 MiB) (in every_second)")
+    );
+}
