@@ -46,7 +46,11 @@ function on_flow(f)
 end
 
 function every_minute(now)
-  for k, hit in pairs(last_hit) do
+  local keys = {}
+  for k in pairs(last_hit) do keys[#keys + 1] = k end
+  table.sort(keys)  -- releases in a stable order
+  for _, k in ipairs(keys) do
+    local hit = last_hit[k]
     if now - hit[1] >= HOLD_SECONDS then
       last_hit[k] = nil
       sonde.release{ type = "dns_watchlist", entity = hit[2] }

@@ -42,6 +42,14 @@ local function network(ip)
   return table.concat(h, ":") .. "::/48"
 end
 
+-- the keys of t, sorted (pairs' order changes from run to run)
+local function sorted_keys(t)
+  local keys = {}
+  for k in pairs(t) do keys[#keys + 1] = k end
+  table.sort(keys)
+  return keys
+end
+
 local function key_of(f)
   return f.proto .. " " .. f.client .. " " .. f.client_port .. " " .. f.server .. " " ..
          f.server_port .. " " .. f.vlan
@@ -78,7 +86,8 @@ function every_minute(now)
   end
   last_bytes = seen
 
-  for k, bytes in pairs(sent) do
+  for _, k in ipairs(sorted_keys(sent)) do
+    local bytes = sent[k]
     local first = first_contact[k]
     if not first then
       if known_count >= MAX_KNOWN then
@@ -99,7 +108,7 @@ function every_minute(now)
       }
     end
   end
-  for k in pairs(engaged) do
+  for _, k in ipairs(sorted_keys(engaged)) do
     local bytes = sent[k] or 0
     if bytes <= LIMIT or minute - first_contact[k] >= NEW_FOR_MINUTES then
       engaged[k] = nil

@@ -41,7 +41,10 @@ function every_minute(now)
     end
   end
   last_host = seen
-  for ip in pairs(engaged) do
+  local ips = {}
+  for ip in pairs(engaged) do ips[#ips + 1] = ip end
+  table.sort(ips)  -- releases in a stable order
+  for _, ip in ipairs(ips) do
     if not above[ip] then
       engaged[ip] = nil
       sonde.release{ type = "top_talker_share", entity = ip }

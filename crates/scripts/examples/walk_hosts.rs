@@ -56,7 +56,12 @@ fn main() {
         .map(|i| HostInfo {
             ip: format!("10.{}.{}.{}", i >> 16 & 255, i >> 8 & 255, i & 255),
             vlan: 0,
-            mac: Some(format!("02:00:00:{:02x}:{:02x}:{:02x}", i >> 16 & 255, i >> 8 & 255, i & 255)),
+            mac: Some(format!(
+                "02:00:00:{:02x}:{:02x}:{:02x}",
+                i >> 16 & 255,
+                i >> 8 & 255,
+                i & 255
+            )),
             sent_bytes: (i as u64 * 7919) % 1_000_003,
             rcvd_bytes: (i as u64 * 104_729) % 999_983,
             sent_packets: i as u64,

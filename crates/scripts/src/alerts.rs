@@ -9,7 +9,14 @@ use crate::Action;
 /// Alerts and releases one call may make.
 pub(crate) const ACTIONS_PER_CALL: usize = 10_000;
 /// The severities an alert may have, lowest first.
-pub const SEVERITIES: &[&str] = &["info", "notice", "warning", "error", "critical", "emergency"];
+pub const SEVERITIES: &[&str] = &[
+    "info",
+    "notice",
+    "warning",
+    "error",
+    "critical",
+    "emergency",
+];
 /// Longest alert type a script may give (before the `script.` prefix).
 pub const TYPE_MAX: usize = 64;
 const ENTITY_MAX: usize = 256;
@@ -35,7 +42,8 @@ pub(crate) fn engage(args: &Value, source: &str) -> Result<Action, String> {
         Some(k) => {
             let ok = !k.is_empty()
                 && k.len() <= ENTITY_KIND_MAX
-                && k.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
+                && k.bytes()
+                    .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_');
             if !ok {
                 return Err(format!(
                     "sonde.alert: entity_kind {k:?} must be 1 to {ENTITY_KIND_MAX} of a-z 0-9 _ (e.g. \"host\")"

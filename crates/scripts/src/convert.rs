@@ -106,7 +106,11 @@ unsafe fn push_flow(state: *mut ffi::lua_State, f: &FlowInfo) {
 }
 
 /// An array of tables, one per item, built by `push` (which leaves one table on the stack).
-fn array_of<T>(lua: &Lua, items: &[T], push: unsafe fn(*mut ffi::lua_State, &T)) -> mlua::Result<Table> {
+fn array_of<T>(
+    lua: &Lua,
+    items: &[T],
+    push: unsafe fn(*mut ffi::lua_State, &T),
+) -> mlua::Result<Table> {
     // SAFETY: see above; the slots: the array, an item, its field's value, a pair's value.
     unsafe {
         lua.exec_raw::<Table>((), |state| {

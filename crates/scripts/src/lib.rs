@@ -1,4 +1,85 @@
-//! DOCS
+//! User scripts in Lua 5.4, sandboxed (ntopng's model): small scripts that read the probe's
+//! live state and raise or release alerts. The user's guide is `docs/scripts.md`; this is the
+//! reference.
+//!
+//! # Rust side
+//!
+//! [`Scripts::load`] compiles every `--script` file into its own Lua state and runs its top
+//! level; the probe then calls [`Scripts::tick`] once a second with its clock and a
+//! [`ProbeData`], and [`Scripts::on_flow`] for each ended flow when [`Scripts::wants_flows`].
+//! Both answer the [`Action`]s the scripts asked for. [`Scripts::status`] reports each
+//! script's state and costs. Nothing here panics on a script's behalf: a script that fails is
+//! disabled (status, and one line on stderr), the others carry on.
+//!
+//! # Hooks
+//!
+//! A script may define these global functions (the top level runs once, at load):
+//!
+//! ```lua
+//! function every_second(now) end  -- each tick; now = Unix seconds (integer), the probe's clock
+//! function every_minute(now) end  -- when the minute changed since the previous tick
+//! function every_hour(now) end    -- when the hour changed
+//! function every_day(now) end     -- when the UTC day changed
+//! function on_flow(flow) end      -- each ended flow (called only if defined)
+//! ```
+//!
+//! In one tick they run in that order. The first tick only runs `every_second`; a jump over
+//! several minutes runs `every_minute` once; a clock that went back runs only `every_second`
+//! until a new minute. State between calls is the script's own globals and upvalues.
+//!
+//! # The `sonde` table
+//!
+//! ```lua
+//! sonde.hosts()        --> { {ip=, vlan=, mac=, sent_bytes=, rcvd_bytes=, sent_packets=,
+//!                      --     rcvd_packets=, flows_as_client=, flows_as_server=,
+//!                      --     active_flows=, first_seen=, last_seen=, name=}, ... }
+//! sonde.flows()        --> { {proto=, client=, server=, client_port=, server_port=, vlan=,
+//!                      --     app=, packets={c2s, s2c}, bytes={c2s, s2c}, first_seen=,
+//!                      --     last_seen=, end_reason=, server_name=, dns_query=}, ... }
+//! sonde.interface()    --> the interface's counters (packets, bytes, drops, active flows/hosts…)
+//! sonde.filter_sets()  --> the filter sets
+//! sonde.top(what, n)   --> the top n (1..10000) of what: "hosts", "apps", "ports", "talkers"…
+//! sonde.alert{type=, entity=, entity_kind="host", severity="warning", summary=, evidence={}}
+//! sonde.release{type=, entity=}
+//! sonde.log(msg)       -- "script NAME: msg" on stderr (print does the same); 100 lines a call
+//! sonde.now()          --> the latest tick's now (Unix s), the wall clock before the first
+//! ```
+//!
+//! Optional strings (`mac`, `name`, `server_name`, `dns_query`) are nil when absent; counters
+//! are integers; a flow's times are seconds with fractions. The probe data is available in the
+//! `every_*` hooks only (elsewhere it raises an error); the probe is asked at most once per
+//! tick whatever the number of scripts and calls, and each call builds new tables. JSON
+//! answers become tables (arrays from 1), `null` becomes nil.
+//!
+//! `sonde.alert` engages an alert, or refreshes it if engaged (type and entity identify it):
+//! `type` (required, 1 to 64 of `a-z 0-9 _ . -`, becomes `script.TYPE`), `entity` (required,
+//! a string or an integer, at most 256 bytes), `entity_kind` (default `"host"`, `a-z 0-9 _`),
+//! `severity` (default `"warning"`; one of [`SEVERITIES`]: info, notice, warning, error,
+//! critical, emergency), `summary` (required, at most 1024 bytes), `evidence` (optional table,
+//! as JSON: keys exactly 1..n make an array, others an object; at most 16 levels and 10,000
+//! values). The source is `script:FILENAME`. `sonde.release` takes `type` and `entity`. Any
+//! other field, a missing one or a wrong value is an error at the script's line, naming the
+//! problem. At most 10,000 alerts and releases per call; those made before an error stand.
+//!
+//! # Sandbox and limits
+//!
+//! Libraries: base (without `dofile`, `loadfile`, `require`, `warn`; `load` compiles text only;
+//! `collectgarbage` takes `collect`, `count`, `step`, `isrunning` only; `setmetatable`
+//! refuses `__gc`, which would run with hooks off), `string` (without `dump`), `table`,
+//! `math`, `utf8`. No `io`, `os`, `package`, `debug`, `coroutine`. `string.rep` of empty
+//! strings and `table.move` over more than 2^24 elements, C loops that allocate nothing, are
+//! answered or refused before they start.
+//!
+//! [`Limits`] (per script): memory of its Lua state (default 64 MiB; `string.rep('x', 1e9)`
+//! fails inside the script), instructions per call (default 50 million) and wall time per
+//! call (default 1 s), both checked every 10,000 instructions by a count hook. Once over
+//! budget every further instruction fails, so `pcall` cannot keep the script going. A call
+//! into the string library is not interrupted: a backtracking pattern over a long string
+//! (`s:find(".-.-.-x")`) is seen as over time only when it returns.
+//!
+//! A failing script (error, budget, memory) is disabled; its [`ScriptStatus::disabled_reason`]
+//! is Lua's message with file and line (`a.lua:3: attempt to index a nil value (local 't')
+//! (in every_minute)`; memory errors have no line).
 
 mod alerts;
 mod convert;
@@ -264,9 +345,14 @@ impl Scripts {
                 })?;
                 lua.set_named_registry_value(sandbox::FETCH_KEY, fetch)?;
                 for (hook, f) in &hooks {
-                    let ok = call(lua, shared, stats, name, path, limits, hook, |_| {
-                        f.call::<()>(now as i64)
-                    });
+                    let ok = call(
+                        lua,
+                        shared,
+                        stats,
+                        &Who { name, path, limits },
+                        hook,
+                        |_| f.call::<()>(now as i64),
+                    );
                     actions.append(&mut lock(shared).actions);
                     if !ok {
                         break;
@@ -277,7 +363,7 @@ impl Scripts {
             let _ = lua.set_named_registry_value(sandbox::FETCH_KEY, Value::Nil);
             if let Err(e) = scoped {
                 // Only the registry or the scope itself can fail here (out of memory).
-                disable(stats, name, path, &describe(&e, limits));
+                disable(stats, &Who { name, path, limits }, &describe(&e, limits));
             }
         }
         actions
@@ -298,9 +384,14 @@ impl Scripts {
                 path,
                 limits,
             } = script;
-            call(lua, shared, stats, name, path, limits, "on_flow", |lua| {
-                f.call::<()>(convert::flow_table(lua, flow)?)
-            });
+            call(
+                lua,
+                shared,
+                stats,
+                &Who { name, path, limits },
+                "on_flow",
+                |lua| f.call::<()>(convert::flow_table(lua, flow)?),
+            );
             actions.append(&mut lock(shared).actions);
         }
         actions
@@ -424,9 +515,7 @@ fn call(
     lua: &Lua,
     shared: &Mutex<Shared>,
     stats: &mut Stats,
-    name: &str,
-    path: &Path,
-    limits: &Limits,
+    who: &Who<'_>,
     hook: &str,
     run: impl FnOnce(&Lua) -> mlua::Result<()>,
 ) -> bool {
@@ -441,18 +530,26 @@ fn call(
     match result {
         Ok(()) => true,
         Err(e) => {
-            let msg = abort.unwrap_or_else(|| describe(&e, limits));
-            disable(stats, name, path, &format!("{msg} (in {hook})"));
+            let msg = abort.unwrap_or_else(|| describe(&e, who.limits));
+            disable(stats, who, &format!("{msg} (in {hook})"));
             false
         }
     }
 }
 
-fn disable(stats: &mut Stats, name: &str, path: &Path, reason: &str) {
+/// Which script a call is of.
+struct Who<'a> {
+    name: &'a str,
+    path: &'a Path,
+    limits: &'a Limits,
+}
+
+fn disable(stats: &mut Stats, who: &Who<'_>, reason: &str) {
     stats.errors += 1;
     eprintln!(
-        "sonde: script {name} ({}) disabled: {reason}",
-        path.display()
+        "sonde: script {} ({}) disabled: {reason}",
+        who.name,
+        who.path.display()
     );
     stats.disabled_reason = Some(reason.to_string());
 }
@@ -489,7 +586,10 @@ fn fetch(
     (what, a, b): (String, Value, Value),
 ) -> mlua::Result<(Value, Option<String>)> {
     let Ok(mut input) = input.try_borrow_mut() else {
-        return Ok((Value::Nil, Some(format!("sonde.{what}(): called while it runs"))));
+        return Ok((
+            Value::Nil,
+            Some(format!("sonde.{what}(): called while it runs")),
+        ));
     };
     let TickInput { data, cache } = &mut *input;
     let value = match what.as_str() {
@@ -501,7 +601,9 @@ fn fetch(
             lua,
             cache.flows.get_or_insert_with(|| data.flows()),
         )?),
-        "interface" => convert::json_to_lua(lua, cache.interface.get_or_insert_with(|| data.interface()))?,
+        "interface" => {
+            convert::json_to_lua(lua, cache.interface.get_or_insert_with(|| data.interface()))?
+        }
         "filter_sets" => convert::json_to_lua(
             lua,
             cache.filter_sets.get_or_insert_with(|| data.filter_sets()),
@@ -518,7 +620,9 @@ fn fetch(
             };
             let n = match b {
                 Value::Integer(n) if n >= 1 => (n as u64).min(TOP_MAX as u64) as usize,
-                Value::Number(n) if n >= 1.0 && n.fract() == 0.0 => (n as u64).min(TOP_MAX as u64) as usize,
+                Value::Number(n) if n >= 1.0 && n.fract() == 0.0 => {
+                    (n as u64).min(TOP_MAX as u64) as usize
+                }
                 _ => {
                     return Ok((
                         Value::Nil,

@@ -38,7 +38,9 @@ pub(crate) struct Shared {
 }
 
 pub(crate) fn lock(shared: &Mutex<Shared>) -> MutexGuard<'_, Shared> {
-    shared.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    shared
+        .lock()
+        .unwrap_or_else(|poisoned| poisoned.into_inner())
 }
 
 /// Replaces base functions that reach the file system, load bytecode, or run C loops the budget
@@ -192,7 +194,10 @@ fn set_budget_hook(
             } else if s.instructions > max_instructions {
                 format!("instruction budget exceeded ({max_instructions} instructions per call)")
             } else if s.started.elapsed() > max_time {
-                format!("time budget exceeded ({} per call)", show_duration(max_time))
+                format!(
+                    "time budget exceeded ({} per call)",
+                    show_duration(max_time)
+                )
             } else {
                 return Ok(VmState::Continue);
             }
@@ -259,7 +264,8 @@ fn push_action(func: &str, shared: &Mutex<Shared>, action: Action) -> Result<(),
 fn alert_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Result<Function> {
     let (sh, source) = (shared.clone(), format!("script:{name}"));
     lua.create_function(move |_, args: Value| {
-        let result = alerts::engage(&args, &source).and_then(|a| push_action("sonde.alert", &sh, a));
+        let result =
+            alerts::engage(&args, &source).and_then(|a| push_action("sonde.alert", &sh, a));
         Ok(answer(result))
     })
 }
@@ -267,7 +273,8 @@ fn alert_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Re
 fn release_fn(lua: &Lua, name: &Arc<str>, shared: &Arc<Mutex<Shared>>) -> mlua::Result<Function> {
     let (sh, source) = (shared.clone(), format!("script:{name}"));
     lua.create_function(move |_, args: Value| {
-        let result = alerts::release(&args, &source).and_then(|a| push_action("sonde.release", &sh, a));
+        let result =
+            alerts::release(&args, &source).and_then(|a| push_action("sonde.release", &sh, a));
         Ok(answer(result))
     })
 }

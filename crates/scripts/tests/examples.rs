@@ -9,7 +9,9 @@ use serde_json::json;
 use sonde_scripts::{Action, Limits, Scripts};
 
 fn example(name: &str) -> Scripts {
-    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("../../examples/lua").join(name);
+    let path = PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("../../examples/lua")
+        .join(name);
     Scripts::load(&[path], Limits::default()).unwrap_or_else(|e| panic!("{e}"))
 }
 
@@ -39,8 +41,8 @@ fn new_destination_volume() {
     let t = 1_700_006_400; // a minute boundary
     let mut probe = FakeProbe::default();
     scripts.tick(t - 1, &mut probe); // sets the clock
-    // minute 1: 80 MB to a new /24 (two hosts in it), 1 KB to another, 60 MB to a new /48
-    // (as client→server and server→client)
+                                     // minute 1: 80 MB to a new /24 (two hosts in it), 1 KB to another, 60 MB to a new /48
+                                     // (as client→server and server→client)
     let mut v6 = flow("2001:db8:aa::1", "2001:db8:1:ffff::1", 10);
     v6.bytes = [10, 60 * MB];
     probe.flows = vec![
@@ -53,6 +55,7 @@ fn new_destination_volume() {
     assert_eq!(
         summary(&actions),
         [
+            // sorted by host, then network
             "script.new_destination_volume 10.0.0.5",
             "script.new_destination_volume 2001:db8:1:ffff::1"
         ]
@@ -61,15 +64,24 @@ fn new_destination_volume() {
         .collect::<Vec<_>>(),
         "{actions:?}"
     );
-    let Action::Engage { evidence, summary: text, .. } =
-        actions.iter().find(|a| matches!(a, Action::Engage { entity, .. } if entity == "10.0.0.5")).unwrap()
+    let Action::Engage {
+        evidence,
+        summary: text,
+        ..
+    } = actions
+        .iter()
+        .find(|a| matches!(a, Action::Engage { entity, .. } if entity == "10.0.0.5"))
+        .unwrap()
     else {
         unreachable!()
     };
     assert_eq!(evidence["network"], json!("203.0.113.0/24"));
     assert_eq!(evidence["bytes"], json!(80 * MB));
     assert!(text.contains("80.0 MB"), "{text}");
-    let v6_evidence = match actions.iter().find(|a| matches!(a, Action::Engage { entity, .. } if entity.contains(':'))) {
+    let v6_evidence = match actions
+        .iter()
+        .find(|a| matches!(a, Action::Engage { entity, .. } if entity.contains(':')))
+    {
         Some(Action::Engage { evidence, .. }) => evidence.clone(),
         _ => unreachable!(),
     };
@@ -80,11 +92,17 @@ fn new_destination_volume() {
     let mut ended = flow("10.0.0.5", "203.0.113.7", 80 * MB);
     ended.end_reason = "fin".into();
     assert!(scripts.on_flow(&ended).is_empty());
-    probe.flows = vec![flow("10.0.0.5", "203.0.113.9", 60 * MB), flow("10.0.0.5", "198.51.100.1", 2000)];
+    probe.flows = vec![
+        flow("10.0.0.5", "203.0.113.9", 60 * MB),
+        flow("10.0.0.5", "198.51.100.1", 2000),
+    ];
     let actions = scripts.tick(t + 60, &mut probe);
     assert_eq!(
         summary(&actions),
-        ["script.new_destination_volume 10.0.0.5", "-script.new_destination_volume 2001:db8:1:ffff::1"]
+        [
+            "script.new_destination_volume 10.0.0.5",
+            "-script.new_destination_volume 2001:db8:1:ffff::1"
+        ]
     );
 
     // minute 7: 100 MB more to 198.51.100.0/24, known for 6 minutes: nothing new; the /24
@@ -125,12 +143,27 @@ fn dns_watchlist() {
     }
     assert_eq!(
         summary(&all),
-        ["script.dns_watchlist 10.0.0.1", "script.dns_watchlist 10.0.0.3", "script.dns_watchlist 10.0.0.6"]
+        [
+            "script.dns_watchlist 10.0.0.1",
+            "script.dns_watchlist 10.0.0.3",
+            "script.dns_watchlist 10.0.0.6"
+        ]
     );
-    let Action::Engage { severity, evidence, summary: text, .. } = &all[0] else { unreachable!() };
+    let Action::Engage {
+        severity,
+        evidence,
+        summary: text,
+        ..
+    } = &all[0]
+    else {
+        unreachable!()
+    };
     assert_eq!(severity, "error");
     assert_eq!(evidence["domain"], json!("evil.test"));
-    assert_eq!(text, "10.0.0.1 asked for www.evil.test (watchlist: evil.test)");
+    assert_eq!(
+        text,
+        "10.0.0.1 asked for www.evil.test (watchlist: evil.test)"
+    );
     // released 10 minutes after the last lookup
     assert!(scripts.tick(1500, &mut probe).is_empty());
     assert_eq!(summary(&scripts.tick(1600, &mut probe)).len(), 3);
@@ -149,17 +182,28 @@ fn top_talker_share() {
     };
     scripts.tick(t - 1, &mut probe);
     assert!(scripts.tick(t, &mut probe).is_empty()); // the first minute is the baseline
-    // 100 MB on the interface, 70 MB of it 10.0.0.1's
+                                                     // 100 MB on the interface, 70 MB of it 10.0.0.1's
     probe.interface = json!({"bytes": 100 * MB});
-    probe.hosts = vec![host("10.0.0.1", 60 * MB, 10 * MB), host("10.0.0.2", 0, 30 * MB)];
+    probe.hosts = vec![
+        host("10.0.0.1", 60 * MB, 10 * MB),
+        host("10.0.0.2", 0, 30 * MB),
+    ];
     let actions = scripts.tick(t + 60, &mut probe);
     assert_eq!(summary(&actions), ["script.top_talker_share 10.0.0.1"]);
-    let Action::Engage { evidence, .. } = &actions[0] else { unreachable!() };
+    let Action::Engage { evidence, .. } = &actions[0] else {
+        unreachable!()
+    };
     assert_eq!(evidence["share_percent"], json!(70.0));
     // next minute: 100 MB more, split evenly: released
     probe.interface = json!({"bytes": 200 * MB});
-    probe.hosts = vec![host("10.0.0.1", 60 * MB, 60 * MB), host("10.0.0.2", 0, 80 * MB)];
-    assert_eq!(summary(&scripts.tick(t + 120, &mut probe)), ["-script.top_talker_share 10.0.0.1"]);
+    probe.hosts = vec![
+        host("10.0.0.1", 60 * MB, 60 * MB),
+        host("10.0.0.2", 0, 80 * MB),
+    ];
+    assert_eq!(
+        summary(&scripts.tick(t + 120, &mut probe)),
+        ["-script.top_talker_share 10.0.0.1"]
+    );
     // a quiet minute is not judged
     probe.interface = json!({"bytes": 200 * MB + 1000});
     probe.hosts[1].rcvd_bytes += 1000;

@@ -38,19 +38,28 @@ fn hooks_at_minute_hour_and_day_boundaries() {
     assert_eq!(day % 86_400, 0);
     // the first tick only sets the clock
     assert_eq!(hooks_run(&mut scripts, day - 3601), ["second"]);
-    assert_eq!(hooks_run(&mut scripts, day - 3600), ["second", "minute", "hour"]);
+    assert_eq!(
+        hooks_run(&mut scripts, day - 3600),
+        ["second", "minute", "hour"]
+    );
     assert_eq!(hooks_run(&mut scripts, day - 3599), ["second"]);
     assert_eq!(hooks_run(&mut scripts, day - 3541), ["second"]);
     assert_eq!(hooks_run(&mut scripts, day - 3540), ["second", "minute"]);
     assert_eq!(hooks_run(&mut scripts, day - 1), ["second", "minute"]);
-    assert_eq!(hooks_run(&mut scripts, day), ["second", "minute", "hour", "day"]);
+    assert_eq!(
+        hooks_run(&mut scripts, day),
+        ["second", "minute", "hour", "day"]
+    );
     // a second tick in the same second runs every_second again, nothing else
     assert_eq!(hooks_run(&mut scripts, day), ["second"]);
     // a jump over several minutes: every_minute once
     assert_eq!(hooks_run(&mut scripts, day + 600), ["second", "minute"]);
     // a clock that went back runs nothing but every_second, then counts from there
     assert_eq!(hooks_run(&mut scripts, day - 30), ["second"]);
-    assert_eq!(hooks_run(&mut scripts, day), ["second", "minute", "hour", "day"]);
+    assert_eq!(
+        hooks_run(&mut scripts, day),
+        ["second", "minute", "hour", "day"]
+    );
     assert_eq!(status_of(&scripts, "rec.lua").calls, 11 + 6 + 3 + 2);
 }
 
@@ -98,7 +107,10 @@ fn the_probe_is_asked_once_per_tick() {
         assert!(s.enabled, "{s:?}");
         assert_eq!(s.calls, 3);
     }
-    assert_eq!((probe.asked_hosts, probe.asked_flows, probe.asked_interface), (2, 2, 2));
+    assert_eq!(
+        (probe.asked_hosts, probe.asked_flows, probe.asked_interface),
+        (2, 2, 2)
+    );
     assert_eq!(
         probe.asked_top,
         [("apps", 5), ("hosts", 3), ("apps", 5), ("hosts", 3)].map(|(w, n)| (w.to_string(), n))

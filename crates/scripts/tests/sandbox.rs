@@ -17,7 +17,11 @@ fn misbehave(body: &str, limits: Limits) -> String {
     let mut probe = FakeProbe::default();
     let first = scripts.tick(1000, &mut probe);
     let second = scripts.tick(1001, &mut probe);
-    assert_eq!(first.len() + second.len(), 2, "the good script raised one alert per tick");
+    assert_eq!(
+        first.len() + second.len(),
+        2,
+        "the good script raised one alert per tick"
+    );
     let good = status_of(&scripts, "good.lua");
     assert!(good.enabled && good.calls == 2, "{good:?}");
     let bad = status_of(&scripts, "bad.lua");
@@ -102,14 +106,38 @@ fn a_runtime_error_names_the_line() {
 #[test]
 fn no_file_system_process_or_modules() {
     for (body, expected) in [
-        ("io.open('/etc/passwd')", "bad.lua:2: attempt to index a nil value (global 'io')"),
-        ("os.execute('id')", "bad.lua:2: attempt to index a nil value (global 'os')"),
-        ("require 'x'", "bad.lua:2: attempt to call a nil value (global 'require')"),
-        ("dofile('/etc/passwd')", "bad.lua:2: attempt to call a nil value (global 'dofile')"),
-        ("loadfile('/etc/passwd')", "bad.lua:2: attempt to call a nil value (global 'loadfile')"),
-        ("package.loadlib('x', 'y')", "bad.lua:2: attempt to index a nil value (global 'package')"),
-        ("debug.sethook()", "bad.lua:2: attempt to index a nil value (global 'debug')"),
-        ("coroutine.wrap(print)", "bad.lua:2: attempt to index a nil value (global 'coroutine')"),
+        (
+            "io.open('/etc/passwd')",
+            "bad.lua:2: attempt to index a nil value (global 'io')",
+        ),
+        (
+            "os.execute('id')",
+            "bad.lua:2: attempt to index a nil value (global 'os')",
+        ),
+        (
+            "require 'x'",
+            "bad.lua:2: attempt to call a nil value (global 'require')",
+        ),
+        (
+            "dofile('/etc/passwd')",
+            "bad.lua:2: attempt to call a nil value (global 'dofile')",
+        ),
+        (
+            "loadfile('/etc/passwd')",
+            "bad.lua:2: attempt to call a nil value (global 'loadfile')",
+        ),
+        (
+            "package.loadlib('x', 'y')",
+            "bad.lua:2: attempt to index a nil value (global 'package')",
+        ),
+        (
+            "debug.sethook()",
+            "bad.lua:2: attempt to index a nil value (global 'debug')",
+        ),
+        (
+            "coroutine.wrap(print)",
+            "bad.lua:2: attempt to index a nil value (global 'coroutine')",
+        ),
         (
             "local f = function() return 1 end\nlocal g = load(string.dump(f))",
             "bad.lua:3: attempt to call a nil value (field 'dump')",
@@ -153,7 +181,10 @@ fn what_the_sandbox_keeps_works() {
     "#;
     let mut scripts = load(&[("ok.lua", source)]);
     let actions = scripts.tick(1, &mut FakeProbe::default());
-    let sonde_scripts::Action::Engage { summary, evidence, .. } = &actions[0] else {
+    let sonde_scripts::Action::Engage {
+        summary, evidence, ..
+    } = &actions[0]
+    else {
         panic!("{actions:?}")
     };
     assert_eq!(summary, "A,B,Cab-ab");
@@ -184,8 +215,7 @@ fn a_bad_top_level_is_an_error_at_load() {
     );
     let (path, e) = load_err("spin.lua", "while true do end\n");
     assert!(
-        e.starts_with(&format!("--script {}:1: ", path.display()))
-            && e.contains("budget exceeded"),
+        e.starts_with(&format!("--script {}:1: ", path.display())) && e.contains("budget exceeded"),
         "{e}"
     );
 }
@@ -215,12 +245,19 @@ fn a_syntax_error_names_the_flag_file_and_line() {
 #[test]
 fn a_missing_file_and_a_duplicate_name_are_errors() {
     let missing = std::path::PathBuf::from("/nonexistent/x.lua");
-    let e = sonde_scripts::Scripts::load(&[missing], Limits::default()).err().unwrap();
+    let e = sonde_scripts::Scripts::load(&[missing], Limits::default())
+        .err()
+        .unwrap();
     assert!(e.starts_with("--script /nonexistent/x.lua: "), "{e}");
     let a = script("same.lua", "x = 1");
     let b = script("same.lua", "x = 2");
-    let e = sonde_scripts::Scripts::load(&[a, b.clone()], Limits::default()).err().unwrap();
-    assert!(e.starts_with(&format!("--script {}: another script", b.display())), "{e}");
+    let e = sonde_scripts::Scripts::load(&[a, b.clone()], Limits::default())
+        .err()
+        .unwrap();
+    assert!(
+        e.starts_with(&format!("--script {}: another script", b.display())),
+        "{e}"
+    );
 }
 
 #[test]
@@ -260,7 +297,9 @@ fn too_many_hosts_for_the_memory_cap_is_a_script_error() {
     };
     let mut scripts = load_with(&[("many.lua", source)], limits);
     let mut probe = FakeProbe {
-        hosts: (0..100_000).map(|i| host(&format!("10.0.{}.{}", i / 256, i % 256), i, i)).collect(),
+        hosts: (0..100_000)
+            .map(|i| host(&format!("10.0.{}.{}", i / 256, i % 256), i, i))
+            .collect(),
         ..FakeProbe::default()
     };
     scripts.tick(1, &mut probe);
