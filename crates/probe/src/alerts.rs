@@ -30,6 +30,12 @@ pub struct AlertSettings {
     /// The data directory and its retention in seconds (0: none).
     pub history: Option<(PathBuf, u64)>,
     pub checks: CheckSettings,
+    /// Where to notify (`--notify`), parsed.
+    pub notify: Vec<sonde_notify::Target>,
+    pub notify_options: sonde_notify::Options,
+    /// User scripts (`--script`), loaded when the probe starts.
+    pub scripts: Vec<PathBuf>,
+    pub script_limits: sonde_scripts::Limits,
 }
 
 /// The built-in checks' limits.
@@ -76,6 +82,12 @@ struct Inner {
 pub struct AlertHub {
     inner: Mutex<Inner>,
     data_dir: Option<PathBuf>,
+    /// Notifications (`--notify`): engaged and released alerts, delivered by its own threads.
+    notifier: Mutex<Option<sonde_notify::Notifier>>,
+    /// The notifications' counters once they finished.
+    notify_final: Mutex<Vec<sonde_notify::TargetStats>>,
+    /// User scripts' state, when there are scripts.
+    pub scripts: Option<Arc<crate::scripts_run::ScriptsLive>>,
 }
 
 fn wall_now() -> u64 {
@@ -89,7 +101,10 @@ const EXCLUSIONS_FILE: &str = "alert-exclusions.json";
 impl AlertHub {
     /// Opens the store (closing alerts a killed run left engaged), loads stored exclusions,
     /// opens `--alerts-out`. Errors name the flag or file.
-    pub fn open(s: &AlertSettings) -> Result<Arc<AlertHub>, String> {
+    pub fn open(
+        s: &AlertSettings,
+        scripts: Option<Arc<crate::scripts_run::ScriptsLive>>,
+    ) -> Result<Arc<AlertHub>, String> {
         let mut outputs: Vec<Box<dyn AlertOutput>> = Vec::new();
         let mut first_id = 1;
         let mut stored_exclusions = Vec::new();
@@ -151,7 +166,19 @@ impl AlertHub {
             let (x, _) = engine.exclude(x, now);
             stored.push(x.id);
         }
+        // An unreachable SMTP server or a missing program is an error now, not at the first alert.
+        let notifier = if s.notify.is_empty() {
+            None
+        } else {
+            Some(sonde_notify::Notifier::start(
+                s.notify.clone(),
+                s.notify_options.clone(),
+            )?)
+        };
         let hub = Arc::new(AlertHub {
+            notifier: Mutex::new(notifier),
+            notify_final: Mutex::new(Vec::new()),
+            scripts,
             inner: Mutex::new(Inner {
                 engine,
                 outputs,
@@ -192,10 +219,17 @@ impl AlertHub {
         self.lock().stream_clock.unwrap_or_else(wall_now)
     }
 
-    fn dispatch(i: &mut Inner, events: Vec<Event>) {
+    fn dispatch(&self, i: &mut Inner, events: Vec<Event>) {
+        if events.is_empty() {
+            return;
+        }
+        let notifier = self.notifier.lock().unwrap_or_else(|e| e.into_inner());
         for ev in &events {
             for o in i.outputs.iter_mut() {
                 o.event(ev);
+            }
+            if let (Some(n), Event::Engaged(r) | Event::Released(r)) = (notifier.as_ref(), ev) {
+                n.send(r);
             }
         }
     }
@@ -203,13 +237,13 @@ impl AlertHub {
     pub fn raise(&self, r: Raise) {
         let mut i = self.lock();
         let ev = i.engine.raise(r);
-        Self::dispatch(&mut i, ev);
+        self.dispatch(&mut i, ev);
     }
 
     pub fn release(&self, r: Release) {
         let mut i = self.lock();
         let ev = i.engine.release(r);
-        Self::dispatch(&mut i, ev);
+        self.dispatch(&mut i, ev);
     }
 
     /// The traffic's clock moved (the analytics merged a second).
@@ -220,7 +254,7 @@ impl AlertHub {
         }
         i.stream_clock = Some(second);
         let ev = i.engine.tick(second);
-        Self::dispatch(&mut i, ev);
+        self.dispatch(&mut i, ev);
     }
 
     /// Once a wall-clock second: confirms releases (on the wall clock when there is no
@@ -230,7 +264,7 @@ impl AlertHub {
         let now = i.stream_clock.unwrap_or_else(wall_now);
         if i.stream_clock.is_none() {
             let ev = i.engine.tick(now);
-            Self::dispatch(&mut i, ev);
+            self.dispatch(&mut i, ev);
         }
         for o in i.outputs.iter_mut() {
             o.sync(now);
@@ -242,9 +276,20 @@ impl AlertHub {
         let mut i = self.lock();
         let now = i.stream_clock.unwrap_or_else(wall_now);
         let ev = i.engine.finish_all(now);
-        Self::dispatch(&mut i, ev);
+        self.dispatch(&mut i, ev);
         for o in i.outputs.iter_mut() {
             o.sync(now);
+        }
+        drop(i);
+        // What is queued gets a few seconds to go out; a dead endpoint cannot hold the exit.
+        let n = self
+            .notifier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take();
+        if let Some(n) = n {
+            let stats = n.finish(Duration::from_secs(5));
+            *self.notify_final.lock().unwrap_or_else(|e| e.into_inner()) = stats;
         }
     }
 
@@ -292,7 +337,7 @@ impl AlertHub {
             now,
         );
         i.stored.push(x.id);
-        Self::dispatch(&mut i, ev);
+        self.dispatch(&mut i, ev);
         self.save_exclusions(&i)?;
         Ok(x.to_json())
     }
@@ -337,7 +382,7 @@ impl AlertHub {
         let now = i.stream_clock.unwrap_or_else(wall_now);
         let ev = i.engine.ack(id, by, now)?;
         let v = ev.record().clone();
-        Self::dispatch(&mut i, vec![ev]);
+        self.dispatch(&mut i, vec![ev]);
         Some(v)
     }
 }
@@ -875,15 +920,68 @@ impl AlertHub {
     /// What the hub wrote and refused, for the summary.
     pub fn report(&self) -> Value {
         let c = self.counters();
+        let notify: Vec<Value> = self
+            .notify_stats()
+            .into_iter()
+            .map(|t| {
+                json!({"target": t.name, "sent": t.sent, "failures": t.failures,
+                    "retries": t.retries, "dropped": t.dropped, "given_up": t.given_up,
+                    "queued": t.queued, "last_error": t.last_error})
+            })
+            .collect();
+        let scripts = self
+            .scripts
+            .as_ref()
+            .map(|s| s.status.lock().unwrap_or_else(|e| e.into_inner()).clone());
         json!({
             "engaged": c.engaged, "released": c.released, "rate_limited": c.rate_limited,
             "entity_limited": c.entity_limited, "excluded": c.excluded, "flaps": c.flaps,
+            "notify": notify, "scripts": scripts,
         })
+    }
+
+    /// Each notification target's counters (live, or final after the run).
+    pub fn notify_stats(&self) -> Vec<sonde_notify::TargetStats> {
+        match self
+            .notifier
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .as_ref()
+        {
+            Some(n) => n.stats(),
+            None => self
+                .notify_final
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .clone(),
+        }
     }
 
     /// Prometheus text for `/metrics`.
     pub fn metrics(&self, out: &mut String) {
         use std::fmt::Write as _;
+        sonde_notify::write_metrics(&self.notify_stats(), out);
+        if let Some(s) = &self.scripts {
+            let _ = writeln!(
+                out,
+                "# HELP sonde_script_flows_dropped_total Ended flows the scripts' on_flow hooks were too slow to take.\n# TYPE sonde_script_flows_dropped_total counter\nsonde_script_flows_dropped_total {}",
+                s.flows_dropped.load(Ordering::Relaxed)
+            );
+            let st = s.status.lock().unwrap_or_else(|e| e.into_inner());
+            let _ = writeln!(out, "# HELP sonde_script_enabled Whether a script is still running (0: disabled after an error or overrun).\n# TYPE sonde_script_enabled gauge");
+            for v in st.iter() {
+                let _ = writeln!(
+                    out,
+                    "sonde_script_enabled{{script=\"{}\"}} {}",
+                    v["name"]
+                        .as_str()
+                        .unwrap_or("")
+                        .replace('\\', "\\\\")
+                        .replace('"', "\\\""),
+                    u8::from(v["enabled"] == true)
+                );
+            }
+        }
         let c = self.counters();
         let esc = |s: &str| {
             s.replace('\\', "\\\\")

@@ -21,6 +21,7 @@ mod kafka_sink;
 mod kafka_source;
 mod report;
 mod run;
+mod scripts_run;
 mod series_sink;
 mod shard;
 pub mod sink_queue;

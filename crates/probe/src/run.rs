@@ -123,6 +123,8 @@ pub struct Probe {
     alerts: Option<Arc<crate::alerts::AlertHub>>,
     /// The checks thread and its stop flag.
     alerts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    /// The user scripts' thread and its stop flag.
+    scripts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
 }
 
 impl Probe {
@@ -276,6 +278,10 @@ impl Probe {
             None => None,
         };
         // The detections have all been handed over: the alerts end with the run.
+        if let Some((stop, h)) = self.scripts_thread.take() {
+            stop.store(true, Ordering::Relaxed);
+            let _ = h.join();
+        }
         if let Some((stop, h)) = self.alerts_thread.take() {
             stop.store(true, Ordering::Relaxed);
             let _ = h.join();
@@ -581,6 +587,26 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         let sink = (plan.make)().map_err(ProbeError::Config)?;
         sinks.push(QueuedSink::start(sink, plan.queue).map_err(queue_error)?);
     }
+    // User scripts: a syntax error stops the start here; on_flow hooks get ended flows
+    // through a sink that drops (and counts) what they cannot keep up with.
+    let scripts = match cfg.alerts.as_ref().filter(|a| !a.scripts.is_empty()) {
+        Some(a) => Some(
+            sonde_scripts::Scripts::load(&a.scripts, a.script_limits)
+                .map_err(ProbeError::Config)?,
+        ),
+        None => None,
+    };
+    let scripts_live = Arc::new(crate::scripts_run::ScriptsLive::default());
+    let mut script_flows = None;
+    if scripts.as_ref().is_some_and(|s| s.wants_flows()) {
+        let (sink, rx) = crate::scripts_run::flow_channel(&scripts_live);
+        let queue = crate::sinks::QueueOptions {
+            when_full: crate::sinks::WhenFull::DropNewest,
+            batches: crate::sinks::DEFAULT_QUEUE_BATCHES,
+        };
+        sinks.push(QueuedSink::start(sink, queue).map_err(queue_error)?);
+        script_flows = Some(rx);
+    }
     let sink_sent = Arc::new(std::sync::atomic::AtomicU64::new(0));
     let sink_live: Arc<Vec<Arc<crate::sink_queue::SinkLive>>> =
         Arc::new(sinks.iter().map(QueuedSink::live).collect());
@@ -667,7 +693,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         })
     });
     let alerts = match &cfg.alerts {
-        Some(a) => Some(crate::alerts::AlertHub::open(a).map_err(ProbeError::Config)?),
+        Some(a) => Some(
+            crate::alerts::AlertHub::open(a, scripts.is_some().then(|| scripts_live.clone()))
+                .map_err(ProbeError::Config)?,
+        ),
         None => None,
     };
     let analytics = match (&cfg.analytics, &analytics_config) {
@@ -980,6 +1009,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         deadline,
         alerts,
         alerts_thread: None,
+        scripts_thread: None,
     };
     if let (Some(hub), Some(a)) = (&probe.alerts, &cfg.alerts) {
         let stop = Arc::new(AtomicBool::new(false));
@@ -992,6 +1022,19 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         )
         .map_err(ProbeError::Config)?;
         probe.alerts_thread = Some((stop, h));
+        if let Some(s) = scripts {
+            let stop = Arc::new(AtomicBool::new(false));
+            let h = crate::scripts_run::start(
+                s,
+                hub.clone(),
+                probe.view(),
+                script_flows,
+                scripts_live,
+                stop.clone(),
+            )
+            .map_err(ProbeError::Config)?;
+            probe.scripts_thread = Some((stop, h));
+        }
     }
     Ok(probe)
 }

@@ -177,6 +177,16 @@ pub struct Cli {
     /// raises a host.listed alert.
     #[arg(long, value_name = "FILE")]
     pub alert_hosts: Option<PathBuf>,
+    /// Send every engaged and released alert to URL: webhook+http://HOST:PORT/PATH
+    /// (?format=alertmanager), webhook+https://..., syslog+udp://HOST:PORT,
+    /// syslog+tcp://HOST:PORT, smtp://HOST:PORT?from=A&to=B, or exec:PROGRAM (the alert as JSON
+    /// on its standard input); may be given several times.
+    #[arg(long, value_name = "URL")]
+    pub notify: Vec<String>,
+    /// A user script in Lua 5.4 (hooks every second, minute, hour, day and per ended flow;
+    /// see docs/scripts.md); may be given several times.
+    #[arg(long, value_name = "FILE.lua")]
+    pub script: Vec<PathBuf>,
     /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub analytics: OnOff,

@@ -125,6 +125,10 @@ pub struct AlertsSection {
     pub exclude: Vec<String>,
     pub limits: Option<String>,
     pub hosts: Option<PathBuf>,
+    #[serde(default)]
+    pub notify: Vec<String>,
+    #[serde(default)]
+    pub scripts: Vec<PathBuf>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -498,6 +502,8 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     add!(alert_exclude, Some(a.exclude));
     set_opt!(alert_limits, a.limits);
     set_opt!(alert_hosts, a.hosts.map(path));
+    add!(notify, Some(a.notify));
+    add!(script, Some(a.scripts.into_iter().map(path)));
 }
 
 /// `sonde config example`: every section, with the defaults, commented.

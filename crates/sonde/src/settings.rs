@@ -124,7 +124,16 @@ fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
         checks.listed = sonde_probe::alerts::read_list(p).map_err(anyhow::Error::msg)?;
         checks.listed_file = Some(p.clone());
     }
+    let notify = cli
+        .notify
+        .iter()
+        .map(|u| sonde_notify::parse(u).map_err(anyhow::Error::msg))
+        .collect::<Result<Vec<_>>>()?;
     Ok(sonde_probe::AlertSettings {
+        notify,
+        notify_options: Default::default(),
+        scripts: cli.script.clone(),
+        script_limits: Default::default(),
         engine,
         exclusions,
         alerts_out: cli.alerts_out.clone(),
