@@ -139,8 +139,12 @@ impl ProbeData for Data<'_> {
 
     fn flows(&mut self) -> Vec<FlowInfo> {
         let parts = self.view.snapshot_flows_into(Vec::new());
-        let mut out = Vec::new();
-        for r in parts.iter().flatten() {
+        let rows: Vec<&sonde_flow::FlowRow> = parts.iter().flatten().collect();
+        // What DPI learned (server names, DNS queries), asked of the shards in one request.
+        let keys: Vec<sonde_flow::FlowKey> = rows.iter().map(|r| r.key).collect();
+        let metas = self.view.flow_meta(&keys);
+        let mut out = Vec::with_capacity(rows.len());
+        for (r, meta) in rows.into_iter().zip(metas) {
             let c = usize::from(!r.client_is_a);
             let e = r.key.ends(c);
             out.push(FlowInfo {
@@ -156,8 +160,11 @@ impl ProbeData for Data<'_> {
                 first_seen: secs(r.first_ns),
                 last_seen: secs(r.last_ns),
                 end_reason: String::new(),
-                server_name: None,
-                dns_query: None,
+                server_name: meta.as_ref().and_then(|m| m.server_name.clone()),
+                dns_query: meta
+                    .as_ref()
+                    .and_then(|m| m.dns.as_ref())
+                    .and_then(|d| d.query.clone()),
             });
         }
         out
