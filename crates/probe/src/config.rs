@@ -161,6 +161,9 @@ pub struct ProbeConfig {
     pub linger: bool,
     /// Traffic analytics: filter-sets, top-N and anomaly lists, DDoS thresholds (None: off).
     pub analytics: Option<crate::AnalyticsSettings>,
+    /// Trigger capture: a pcap file per alert of the configured types (None: off, and no
+    /// shard keeps a ring). Needs analytics, whose detections engage the captures.
+    pub trigger: Option<sonde_trigger::TriggerConfig>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -196,6 +199,7 @@ impl ProbeConfig {
             series: None,
             linger: false,
             analytics: None,
+            trigger: None,
         }
     }
 }

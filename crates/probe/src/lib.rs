@@ -25,6 +25,7 @@ mod shard;
 pub mod sink_queue;
 pub mod sinks;
 mod source;
+mod trigger_alerts;
 mod zmq_sink;
 
 pub use analytics_sink::{app_namer, AnalyticsReport, AnalyticsSettings, AnalyticsView};

@@ -1033,6 +1033,9 @@ async fn metrics(State(s): Shared) -> Response {
     if let Some(a) = s.view.analytics() {
         analytics::metrics(&mut out, a);
     }
+    if let Some(t) = s.view.trigger() {
+        t.metrics(&mut out);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

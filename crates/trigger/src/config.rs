@@ -48,9 +48,9 @@ impl TriggerConfig {
     }
 
     /// How long a ring keeps packets: `pre`, plus the time a detection takes to reach a shard
-    /// (its second must close and be merged first).
+    /// (its second, or its interval, must close and be merged first).
     pub fn ring_keep_ns(&self) -> u64 {
-        self.pre_ns + 3_000_000_000
+        self.pre_ns + 5_000_000_000
     }
 }
 
