@@ -664,17 +664,18 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             ..a.config.clone()
         })
     });
-    let trigger = match &cfg.trigger {
-        Some(_) if cfg.analytics.is_none() => {
-            return Err(ProbeError::Config(
+    let trigger =
+        match &cfg.trigger {
+            Some(_) if cfg.analytics.is_none() => return Err(ProbeError::Config(
                 "--trigger-capture needs the analytics (their detections start captures): drop \
                  --analytics off"
                     .into(),
-            ))
-        }
-        Some(t) => Some(sonde_trigger::TriggerCapture::start(t.clone()).map_err(ProbeError::Config)?),
-        None => None,
-    };
+            )),
+            Some(t) => {
+                Some(sonde_trigger::TriggerCapture::start(t.clone()).map_err(ProbeError::Config)?)
+            }
+            None => None,
+        };
     // Which shards keep a ring: those that read packets themselves (a multi-shard file's
     // reader keeps the one ring of that input instead).
     let packet_shard = |i: usize| match &cfg.inputs[i / per_input] {

@@ -68,7 +68,10 @@ mod tests {
         e["event"] = json!("end");
         e["last_seen"] = json!(110);
         let a = alert_record(&e).unwrap();
-        assert_eq!((a["state"].as_str(), a["end"].as_u64()), (Some("released"), Some(110)));
+        assert_eq!(
+            (a["state"].as_str(), a["end"].as_u64()),
+            (Some("released"), Some(110))
+        );
         assert!(alert_record(&json!({"event": "active", "id": 1, "type": "x"})).is_none());
     }
 }

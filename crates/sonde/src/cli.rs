@@ -252,7 +252,9 @@ pub fn parse_trigger_rules(s: &str) -> Result<Vec<sonde_trigger::Rule>, String> 
 pub fn parse_trigger_pre(s: &str) -> Result<f64, String> {
     match s.trim().parse::<f64>() {
         Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
-        _ => Err(format!("'{s}' is not a number of seconds between 0 and 3600")),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 0 and 3600"
+        )),
     }
 }
 
@@ -266,6 +268,8 @@ pub fn parse_positive_u64(s: &str) -> Result<u64, String> {
 pub fn parse_ring_mb(s: &str) -> Result<u64, String> {
     match s.trim().parse::<u64>() {
         Ok(n) if (1..=4096).contains(&n) => Ok(n),
-        _ => Err(format!("'{s}' is not a whole number of MiB between 1 and 4096")),
+        _ => Err(format!(
+            "'{s}' is not a whole number of MiB between 1 and 4096"
+        )),
     }
 }

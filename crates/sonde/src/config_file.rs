@@ -595,8 +595,9 @@ mod tests {
 
     #[test]
     fn trigger_keys_use_the_flags_parsers() {
-        let f = parse("[trigger]\ncapture = [\"syn_flood,ddos:both\"]\ndir = \"caps\"\npre = 2.5\n")
-            .unwrap();
+        let f =
+            parse("[trigger]\ncapture = [\"syn_flood,ddos:both\"]\ndir = \"caps\"\npre = 2.5\n")
+                .unwrap();
         assert_eq!(f.trigger.capture.map(|c| c[0].len()), Some(2));
         assert_eq!(f.trigger.pre, Some(2.5));
         let e = parse("[trigger]\ncapture = [\"ddos:sideways\"]\n").unwrap_err();

@@ -246,9 +246,21 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 "sonde: trigger capture {}: {} packets{}{}{}",
                 f.path.display(),
                 format_count(f.packets),
-                if f.dropped > 0 { format!(", {} dropped", format_count(f.dropped)) } else { String::new() },
-                f.truncated_by.map(|c| format!(", cut by --trigger-max-{}", if c.name() == "bytes" { "mb" } else { "seconds" })).unwrap_or_default(),
-                f.error.as_ref().map(|e| format!(", error: {e}")).unwrap_or_default(),
+                if f.dropped > 0 {
+                    format!(", {} dropped", format_count(f.dropped))
+                } else {
+                    String::new()
+                },
+                f.truncated_by
+                    .map(|c| format!(
+                        ", cut by --trigger-max-{}",
+                        if c.name() == "bytes" { "mb" } else { "seconds" }
+                    ))
+                    .unwrap_or_default(),
+                f.error
+                    .as_ref()
+                    .map(|e| format!(", error: {e}"))
+                    .unwrap_or_default(),
             );
         }
     }

@@ -111,7 +111,7 @@ fn ring_then_live_until_release_only_matching_packets() {
         // The alert starts at base+10 s: from base+8 s on (pre = 2 s) packets belong.
         feed(&mut a, &mut b, ts, &mut expected, ts >= base + 8 * S);
         ts += S / 10;
-        if ts % S == 0 {
+        if ts.is_multiple_of(S) {
             a.batch();
             b.batch();
         }
