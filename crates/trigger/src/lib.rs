@@ -47,9 +47,9 @@ pub const MAX_ENGAGED: usize = 64;
 /// Alerts whose files [`TriggerCapture::list`] remembers (the files stay on disk).
 const LISTED_ALERTS: usize = 4096;
 /// Messages (packet chunks and control) the writer's channel holds.
-const CHANNEL: usize = 1024;
+const CHANNEL: usize = 512;
 /// A shard sends a capture's packets in chunks of up to this many bytes.
-const CHUNK_BYTES: usize = 256 << 10;
+const CHUNK_BYTES: usize = 64 << 10;
 
 /// What cut a file short.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
