@@ -148,3 +148,29 @@ def test_without_trigger_capture_no_ring(sonde, tmp_path):
     p = sonde("-r", samples[0], "-q", "--stats-json", stats)
     assert p.returncode == 0, p.stderr
     assert json.loads(stats.read_text())["trigger"] is None
+
+
+def test_a_size_cap_cuts_the_file_and_says_so(analytics_recording, tshark_tools, sonde, tmp_path):
+    rec = analytics_recording
+    caps = tmp_path / "captures"
+    caps.mkdir()
+    alerts, stats = tmp_path / "alerts.jsonl", tmp_path / "stats.json"
+    p = sonde("-r", rec.pcap, "-q", "--alerts-out", alerts, "--stats-json", stats, *THRESHOLDS,
+              "--trigger-capture", "syn_flood", "--trigger-dir", caps, "--trigger-pre", str(PRE),
+              "--trigger-max-mb", "1", timeout=300)
+    assert p.returncode == 0, p.stderr
+    files = json.loads(stats.read_text())["trigger"]["files"]
+    assert files
+    recorded = ac.packets(rec.pcap)
+    ds = detections([json.loads(x) for x in alerts.read_text().splitlines() if x.strip()])
+    for f in files:
+        assert f["complete"] and f["truncated_by"] == "bytes", f
+        size = Path(f["path"]).stat().st_size
+        assert size == f["bytes"] <= 1 << 20
+        # What was written is the start of what the file would have held, cut before 1 MiB.
+        start = ds[f["alert_id"]]["start"]
+        host, since = start["host"], start["first_seen"] - PRE
+        mine = [key(p) for p in recorded if host in (p.src, p.dst) and p.t >= since]
+        written = [key(p) for p in ac.packets(Path(f["path"]))]
+        assert written == mine[:len(written)]
+        assert size + 16 + 128 > 1 << 20, "cut only when the next packet would not fit"
