@@ -419,6 +419,17 @@ impl AlertOutput for StoreOut {
     }
 }
 
+/// Trigger capture: engaged alerts of the chosen types start a capture, releases end it.
+pub(crate) struct TriggerOut(pub sonde_trigger::TriggerCapture);
+
+impl AlertOutput for TriggerOut {
+    fn event(&mut self, ev: &Event) {
+        if let Event::Engaged(r) | Event::Released(r) = ev {
+            self.0.on_alert(r);
+        }
+    }
+}
+
 /// `--alerts-out`: every engage and release as a JSON line, flushed at once.
 struct FileOut {
     out: Box<dyn Write + Send>,

@@ -28,6 +28,10 @@ pub(crate) struct AnalyticsMsg {
     pub reports: Vec<Report>,
     /// The shard is done: nothing more will come from it.
     pub last: bool,
+    /// With trigger capture: told once these reports are merged (the captures they engage or
+    /// release are in the registry); for a `last` message, once every shard's is, so that a
+    /// shard sees the detections that end the run before it lets go of its ring.
+    pub ack: Option<Sender<()>>,
 }
 
 /// Read access for the API while the probe runs.
@@ -115,7 +119,8 @@ pub(crate) fn start(
     alerts: Option<Arc<crate::alerts::AlertHub>>,
 ) -> Result<(Sender<AnalyticsMsg>, Thread, AnalyticsView), String> {
     let mut outputs: Vec<Box<dyn Output>> = Vec::new();
-    // Detections become alerts (the hub writes --alerts-out and the alert store).
+    // Detections become alerts (the hub writes --alerts-out and the alert store, and engages
+    // trigger capture).
     if let Some(hub) = alerts {
         outputs.push(Box::new(crate::alerts::DetectionFeed { hub }));
     }
@@ -134,9 +139,10 @@ pub(crate) fn start(
         config,
     };
     let (tx, rx) = crossbeam_channel::bounded::<AnalyticsMsg>(1024);
+    let shards = view.config.shards.max(1);
     let h = std::thread::Builder::new()
         .name("analytics".into())
-        .spawn(move || run(merger, rx, history_error))
+        .spawn(move || run(merger, rx, shards, history_error))
         .map_err(|e| format!("cannot start the analytics thread: {e}"))?;
     Ok((tx, h, view))
 }
@@ -144,14 +150,33 @@ pub(crate) fn start(
 fn run(
     mut m: Merger,
     rx: Receiver<AnalyticsMsg>,
+    shards: usize,
     history_error: Arc<Mutex<Option<String>>>,
 ) -> Result<AnalyticsReport, String> {
+    let mut done = vec![false; shards];
+    let mut last_acks: Vec<Sender<()>> = Vec::new();
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(msg) => {
                 m.add(msg.shard, msg.reports);
                 if msg.last {
                     m.shard_done(msg.shard);
+                    if let Some(d) = done.get_mut(msg.shard) {
+                        *d = true;
+                    }
+                }
+                match (msg.ack, msg.last) {
+                    (Some(ack), false) => {
+                        let _ = ack.send(());
+                    }
+                    (Some(ack), true) => last_acks.push(ack),
+                    (None, _) => {}
+                }
+                if done.iter().all(|&d| d) {
+                    // Every shard is done: the run's last detections are out.
+                    for ack in last_acks.drain(..) {
+                        let _ = ack.send(());
+                    }
                 }
             }
             Err(crossbeam_channel::RecvTimeoutError::Timeout) => {}

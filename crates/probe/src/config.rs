@@ -163,6 +163,9 @@ pub struct ProbeConfig {
     pub analytics: Option<crate::AnalyticsSettings>,
     /// Alerts: the engine's rules, outputs and built-in checks (None: no alerts at all).
     pub alerts: Option<crate::alerts::AlertSettings>,
+    /// Trigger capture: a pcap file per alert of the configured types (None: off, and no
+    /// shard keeps a ring). Needs analytics, whose detections engage the captures.
+    pub trigger: Option<sonde_trigger::TriggerConfig>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -199,6 +202,7 @@ impl ProbeConfig {
             linger: false,
             analytics: None,
             alerts: None,
+            trigger: None,
         }
     }
 }

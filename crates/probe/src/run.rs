@@ -82,6 +82,10 @@ pub struct Summary {
     pub analytics: Option<crate::AnalyticsReport>,
     /// What the alert engine engaged, released and refused (with alerts on).
     pub alerts: Option<serde_json::Value>,
+    /// The files trigger capture wrote (with trigger capture on).
+    pub trigger_files: Option<Vec<sonde_trigger::CaptureFile>>,
+    /// Packet rings trigger capture allocated (one per shard reading packets; 0 when off).
+    pub trigger_rings: u64,
     /// Filter-set totals, every shard added up, with the sets they belong to.
     pub filter_sets: Option<(
         Arc<sonde_analytics::FilterSets>,
@@ -125,6 +129,7 @@ pub struct Probe {
     alerts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     /// The user scripts' thread and its stop flag.
     scripts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
+    trigger: Option<sonde_trigger::TriggerCapture>,
 }
 
 impl Probe {
@@ -152,6 +157,7 @@ impl Probe {
             dns: self.dns.clone(),
             analytics: self.analytics_view.clone(),
             alerts: self.alerts.clone(),
+            trigger: self.trigger.clone(),
         }
     }
 
@@ -290,6 +296,12 @@ impl Probe {
             hub.finish();
             hub.report()
         });
+        // The shards, the analytics and the alerts are done: every capture is settled, the
+        // files close.
+        let trigger_files = self.trigger.as_ref().map(|t| {
+            t.finish();
+            t.list()
+        });
         let filter_sets = self
             .analytics_view
             .as_ref()
@@ -305,6 +317,8 @@ impl Probe {
         Ok(Summary {
             analytics,
             alerts,
+            trigger_rings: self.trigger.as_ref().map_or(0, |t| t.rings()),
+            trigger_files,
             filter_sets,
             series,
             host_cache,
@@ -335,12 +349,19 @@ pub struct ProbeView {
     dns: Option<Arc<DnsCache>>,
     analytics: Option<crate::AnalyticsView>,
     alerts: Option<Arc<crate::alerts::AlertHub>>,
+    trigger: Option<sonde_trigger::TriggerCapture>,
 }
 
 impl ProbeView {
     /// The alerts (None when the run has none).
     pub fn alerts(&self) -> Option<&Arc<crate::alerts::AlertHub>> {
         self.alerts.as_ref()
+    }
+
+    /// Trigger capture: alert records in ([`sonde_trigger::TriggerCapture::on_alert`]), the
+    /// files written, `/metrics` counters (None when off).
+    pub fn trigger(&self) -> Option<&sonde_trigger::TriggerCapture> {
+        self.trigger.as_ref()
     }
 
     /// Every flow sink's counters while it runs.
@@ -692,6 +713,25 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             ..a.config.clone()
         })
     });
+    let trigger =
+        match &cfg.trigger {
+            Some(_) if cfg.analytics.is_none() => return Err(ProbeError::Config(
+                "--trigger-capture needs the analytics (their detections start captures): drop \
+                 --analytics off"
+                    .into(),
+            )),
+            Some(t) => {
+                Some(sonde_trigger::TriggerCapture::start(t.clone()).map_err(ProbeError::Config)?)
+            }
+            None => None,
+        };
+    // Which shards keep a ring: those that read packets themselves (a multi-shard file's
+    // reader keeps the one ring of that input instead).
+    let packet_shard = |i: usize| match &cfg.inputs[i / per_input] {
+        Input::Live(_) => true,
+        Input::File(_) => per_input == 1,
+        _ => false,
+    };
     let alerts = match &cfg.alerts {
         Some(a) => Some(
             crate::alerts::AlertHub::open(a, scripts.is_some().then(|| scripts_live.clone()))
@@ -699,6 +739,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         ),
         None => None,
     };
+    // Trigger capture follows the alerts (rate limits and exclusions included).
+    if let (Some(hub), Some(t)) = (&alerts, &trigger) {
+        hub.add_output(Box::new(crate::alerts::TriggerOut(t.clone())));
+    }
     let analytics = match (&cfg.analytics, &analytics_config) {
         (Some(a), Some(c)) => Some(
             crate::analytics_sink::start(a, c.clone(), watch.clone(), alerts.clone())
@@ -739,6 +783,17 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             analytics: analytics
                 .as_ref()
                 .map(|(tx, _, _)| (all_ctxs.len(), tx.clone())),
+            trigger: trigger
+                .as_ref()
+                .filter(|_| packet_shard(all_ctxs.len()))
+                .map(|t| t.shard()),
+            trigger_ack: trigger
+                .as_ref()
+                .filter(|_| packet_shard(all_ctxs.len()))
+                .map(|_| {
+                    let (tx, rx) = bounded(1);
+                    shard::TriggerAck { tx, rx }
+                }),
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
@@ -798,6 +853,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             Input::File(path) => {
                 let src = FileSource::open(path)?;
                 file_len = Some(src.progress().1);
+                if let (Some(t), Some(link)) = (&trigger, src.link_type()) {
+                    t.set_link_hint(link);
+                }
                 let first_filter = match (&cfg.filter, src.link_type()) {
                     (Some(expr), Some(link)) => Some((link, OfflineFilter::compile(expr, link)?)),
                     (Some(expr), None) => {
@@ -826,6 +884,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 progress,
                                 error,
                                 ingress: ShardStats::default(),
+                                next_sync_ns: 0,
                             };
                             source::run(ctx, input)
                         }),
@@ -850,13 +909,14 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     let marks = analytics_config
                         .as_ref()
                         .map(|c| (c.filter_sets.clone().map(sonde_analytics::FilterEval::new),));
+                    let ring = trigger.as_ref().map(|t| t.shard());
                     reader = Some(
                         std::thread::Builder::new()
                             .name("reader".into())
                             .spawn(move || {
                                 read_and_dispatch(
                                     src, filters, pacer, txs, recycle_rx, progress, error, stop,
-                                    tick_ns, dpi, marks,
+                                    tick_ns, dpi, marks, ring,
                                 )
                             })
                             .map_err(|e| {
@@ -875,6 +935,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     lc.filter = cfg.filter.clone();
                     lc.fanout_group = group;
                     sources.push(LiveSource::open(lc)?);
+                }
+                if let (Some(t), Some(src)) = (&trigger, sources.first()) {
+                    t.set_link_hint(src.link_type());
                 }
                 for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
                     let (link, error) = (src.link_type(), error.clone());
@@ -1002,6 +1065,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         dns: cfg.dpi.as_ref().map(|d| d.dns_cache.clone()),
         analytics,
         analytics_view,
+        trigger,
         progress,
         file_len,
         error,
@@ -1071,6 +1135,8 @@ fn read_and_dispatch(
     dpi: Option<Backend>,
     // With analytics on: the filter-sets' evaluator, when there are filter-sets.
     analytics: Option<(Option<sonde_analytics::FilterEval>,)>,
+    // With trigger capture: the input's ring (the shards get decoded packets, not frames).
+    mut trigger: Option<sonde_trigger::ShardTrigger>,
 ) -> ShardStats {
     let headers = dpi == Some(Backend::Ndpi);
     let dpi = dpi.is_some();
@@ -1109,6 +1175,12 @@ fn read_and_dispatch(
                 if !filters.accepts(link, f.data) {
                     stats.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
                     continue;
+                }
+                if let Some(t) = trigger.as_mut() {
+                    t.packet(link, f.ts_ns, f.wire_len, f.data);
+                    if count.is_multiple_of(256) {
+                        t.batch();
+                    }
                 }
                 if f.ts_ns >= next_tick_ns {
                     // Every shard's clock moves with the file's, as a single engine's would.
@@ -1190,6 +1262,9 @@ fn read_and_dispatch(
         }
     }
     progress.store(src.progress().0, Ordering::Relaxed);
+    if let Some(t) = trigger.as_mut() {
+        t.finish();
+    }
     stats.fragments = decoder.counters.fragments;
     stats.fragments_unmatched = decoder.counters.fragments_unmatched;
     stats.tunneled = decoder.counters.tunneled;

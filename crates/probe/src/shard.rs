@@ -112,6 +112,18 @@ pub(crate) struct ShardCtx {
     pub reader_ns: u64,
     /// This shard's index and the analytics thread's channel (with analytics on).
     pub analytics: Option<(usize, Sender<crate::analytics_sink::AnalyticsMsg>)>,
+    /// Trigger capture's side of this shard (its ring), when trigger capture is on and the
+    /// shard reads packets itself.
+    pub trigger: Option<sonde_trigger::ShardTrigger>,
+    /// With trigger capture: how the analytics thread says it merged this shard's reports.
+    pub trigger_ack: Option<TriggerAck>,
+}
+
+/// The analytics thread's answer to a shard with trigger capture (see
+/// [`crate::analytics_sink::AnalyticsMsg::ack`]).
+pub(crate) struct TriggerAck {
+    pub tx: Sender<()>,
+    pub rx: Receiver<()>,
 }
 
 /// A shard's link to the host cache thread.
@@ -193,9 +205,42 @@ impl ShardCtx {
             shard: *shard,
             reports,
             last,
+            ack: None,
         };
         if tx.send(msg).is_err() {
             self.analytics = None;
+        }
+    }
+
+    /// With trigger capture: hands the reports made so far to the analytics thread and waits
+    /// until it has merged them (a file read fast then runs no further ahead of the alerts than
+    /// a live link would), then takes the captures they engaged or released.
+    pub fn sync_trigger(&mut self, last: bool) {
+        if let (Some((shard, tx)), Some(ack)) = (&self.analytics, &self.trigger_ack) {
+            let reports = self.engine.take_analytics();
+            if !reports.is_empty() || last {
+                let msg = crate::analytics_sink::AnalyticsMsg {
+                    shard: *shard,
+                    reports,
+                    last,
+                    ack: Some(ack.tx.clone()),
+                };
+                if tx.send(msg).is_ok() {
+                    let _ = ack.rx.recv_timeout(Duration::from_secs(60));
+                } else {
+                    self.analytics = None;
+                }
+                if last {
+                    self.analytics = None;
+                }
+            }
+        }
+        if let Some(t) = self.trigger.as_mut() {
+            if last {
+                t.finish();
+            } else {
+                t.batch();
+            }
         }
     }
 
@@ -334,6 +379,9 @@ impl ShardCtx {
             self.engine.close_analytics();
             // The input is over: what follows (the flows still held, emitted at stop) adds no
             // traffic to any second or interval.
+            if self.trigger.is_some() {
+                self.sync_trigger(true);
+            }
             self.send_analytics(true);
             self.analytics = None;
         }
@@ -354,6 +402,9 @@ impl ShardCtx {
         self.send_series(true);
         self.series = None;
         self.engine.close_analytics();
+        if self.trigger.is_some() {
+            self.sync_trigger(true);
+        }
         self.send_analytics(true);
         self.analytics = None;
         self.settle_host_cache();

@@ -134,10 +134,63 @@ pub(crate) struct FileInput {
     pub error: Arc<Mutex<Option<CaptureError>>>,
     /// Frames the filter rejected: the engine never sees them, so they are counted here.
     pub ingress: ShardStats,
+    /// With trigger capture: the packet time at which the shard next waits for the analytics
+    /// (once per second of packet time).
+    pub next_sync_ns: u64,
+}
+
+impl FileInput {
+    /// [`ShardSource::feed`] with trigger capture: every packet also goes to the ring and the
+    /// engaged captures, and at each new second of packet time the shard waits until the
+    /// analytics merged the last one (a file read fast keeps to its alerts' pace). A loop of
+    /// its own, so that without trigger capture the loop below is untouched.
+    fn feed_trigger(&mut self, ctx: &mut ShardCtx) -> Fed {
+        const SECOND: u64 = 1_000_000_000;
+        let mut n = 0;
+        if let Some(t) = ctx.trigger.as_mut() {
+            t.batch();
+        }
+        while n < HOUSEKEEPING_PACKETS {
+            let (link, f) = match self.src.next_frame() {
+                Ok(Some(frame)) => frame,
+                Ok(None) if n > 0 => return Fed::Work(n),
+                Ok(None) => return Fed::End,
+                Err(e) => {
+                    *self.error.lock().unwrap_or_else(|e| e.into_inner()) = Some(e);
+                    return Fed::End;
+                }
+            };
+            if !self.filters.accepts(link, f.data) {
+                self.ingress.packets += 1;
+                self.ingress.wire_bytes += f.wire_len as u64;
+                self.ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                continue;
+            }
+            if let Some(wait) = self.pacer.as_mut().and_then(|p| p.due_in(f.ts_ns)) {
+                ctx.engine.flush_batch();
+                ctx.housekeeping();
+                sleep_unless_stopped(wait, &ctx.stop);
+            }
+            if let Some(t) = ctx.trigger.as_mut() {
+                t.packet(link, f.ts_ns, f.wire_len, f.data);
+            }
+            let ts = f.ts_ns;
+            ctx.engine.push_frame(link, packet(&f));
+            n += 1;
+            if ts >= self.next_sync_ns {
+                self.next_sync_ns = (ts / SECOND + 1) * SECOND;
+                ctx.sync_trigger(false);
+            }
+        }
+        Fed::Work(n)
+    }
 }
 
 impl ShardSource for FileInput {
     fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
+        if ctx.trigger.is_some() {
+            return self.feed_trigger(ctx);
+        }
         let mut n = 0;
         while n < HOUSEKEEPING_PACKETS {
             let (link, f) = match self.src.next_frame() {
@@ -251,9 +304,15 @@ pub(crate) struct LiveInput {
 impl ShardSource for LiveInput {
     fn feed(&mut self, ctx: &mut ShardCtx) -> Fed {
         let mut n = 0;
+        if let Some(t) = ctx.trigger.as_mut() {
+            t.batch();
+        }
         while n < 64 {
             match self.src.next_frame() {
                 Ok(Some(f)) => {
+                    if let Some(t) = ctx.trigger.as_mut() {
+                        t.packet(self.link, f.ts_ns, f.wire_len, f.data);
+                    }
                     ctx.engine.push_frame(self.link, packet(&f));
                     n += 1;
                 }
@@ -289,7 +348,13 @@ impl ShardSource for LiveInput {
     fn end(&mut self, mut ctx: ShardCtx) -> ShardOutput {
         // What arrived before the stop but sits in a block the kernel has not handed over yet.
         let link = self.link;
-        self.src.drain(|f| ctx.engine.push_frame(link, packet(&f)));
+        let (engine, trigger) = (&mut ctx.engine, &mut ctx.trigger);
+        self.src.drain(|f| {
+            if let Some(t) = trigger.as_mut() {
+                t.packet(link, f.ts_ns, f.wire_len, f.data);
+            }
+            engine.push_frame(link, packet(&f))
+        });
         let drops = self.src.drops();
         ctx.finish(drops)
     }

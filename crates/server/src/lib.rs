@@ -1046,6 +1046,9 @@ async fn metrics(State(s): Shared) -> Response {
         analytics::metrics(&mut out, a);
     }
     alerts::metrics(&mut out, &s);
+    if let Some(t) = s.view.trigger() {
+        t.metrics(&mut out);
+    }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }
 

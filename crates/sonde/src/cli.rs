@@ -190,6 +190,28 @@ pub struct Cli {
     /// Traffic analytics (top-N and anomaly lists, detections, filter-sets): on or off.
     #[arg(long, value_enum, default_value_t = OnOff::On)]
     pub analytics: OnOff,
+    /// Trigger capture: when an alert of TYPE engages (syn_flood, ddos, scan.port, …), write
+    /// its packets to a pcap file in --trigger-dir, from --trigger-pre seconds before until
+    /// its release. TYPE:victim, TYPE:attacker or TYPE:both choose whose packets (default: the
+    /// alert's host), TYPE:bpf=EXPR a tcpdump expression instead; comma-separated, repeatable.
+    #[arg(long, value_name = "TYPE[:WHO]", value_parser = parse_trigger_rules)]
+    pub trigger_capture: Vec<Vec<sonde_trigger::Rule>>,
+    /// Where trigger capture writes its pcap files (an existing, writable directory).
+    #[arg(long, value_name = "DIR")]
+    pub trigger_dir: Option<PathBuf>,
+    /// Seconds of packets before the trigger that a capture starts with (kept by each
+    /// shard's ring).
+    #[arg(long, default_value_t = 5.0, value_name = "SECS", value_parser = parse_trigger_pre)]
+    pub trigger_pre: f64,
+    /// A capture file is cut at this many MiB.
+    #[arg(long, default_value_t = 100, value_name = "MIB", value_parser = parse_positive_u64)]
+    pub trigger_max_mb: u64,
+    /// A capture file is cut this many seconds after its alert started.
+    #[arg(long, default_value_t = 300, value_name = "SECS", value_parser = parse_positive_u64)]
+    pub trigger_max_seconds: u64,
+    /// MiB of recent packets each shard keeps for trigger capture (bounds --trigger-pre).
+    #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = parse_ring_mb)]
+    pub trigger_ring_mb: u64,
     /// No progress bar and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     pub quiet: bool,
@@ -242,6 +264,35 @@ pub fn parse_count(s: &str) -> Result<usize, String> {
         Ok(n) if n > 0 => Ok(n * mult),
         _ => Err(format!(
             "'{s}' is not a positive count (examples: 500000, 500k, 2M)"
+        )),
+    }
+}
+
+pub fn parse_trigger_rules(s: &str) -> Result<Vec<sonde_trigger::Rule>, String> {
+    sonde_trigger::parse_rules(s)
+}
+
+pub fn parse_trigger_pre(s: &str) -> Result<f64, String> {
+    match s.trim().parse::<f64>() {
+        Ok(v) if (0.0..=3600.0).contains(&v) => Ok(v),
+        _ => Err(format!(
+            "'{s}' is not a number of seconds between 0 and 3600"
+        )),
+    }
+}
+
+pub fn parse_positive_u64(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if n > 0 => Ok(n),
+        _ => Err(format!("'{s}' is not a positive whole number")),
+    }
+}
+
+pub fn parse_ring_mb(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=4096).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a whole number of MiB between 1 and 4096"
         )),
     }
 }

@@ -35,6 +35,58 @@ pub struct File {
     pub analytics: AnalyticsSection,
     #[serde(default)]
     pub alerts: AlertsSection,
+    #[serde(default)]
+    pub trigger: TriggerSection,
+}
+
+/// `[trigger]`: trigger capture (`--trigger-*`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TriggerSection {
+    /// `["syn_flood", "ddos:both"]`, each as `--trigger-capture` takes it.
+    #[serde(default, deserialize_with = "trigger_rules")]
+    pub capture: Option<Vec<Vec<sonde_trigger::Rule>>>,
+    pub dir: Option<PathBuf>,
+    #[serde(default, deserialize_with = "trigger_pre")]
+    pub pre: Option<f64>,
+    #[serde(default, deserialize_with = "positive_whole")]
+    pub max_mb: Option<u64>,
+    #[serde(default, deserialize_with = "positive_whole")]
+    pub max_seconds: Option<u64>,
+    #[serde(default, deserialize_with = "ring_mb")]
+    pub ring_mb: Option<u64>,
+}
+
+fn trigger_rules<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<Vec<sonde_trigger::Rule>>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter()
+        .map(|s| crate::cli::parse_trigger_rules(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(custom)
+}
+
+fn trigger_pre<'de, D: Deserializer<'de>>(d: D) -> Result<Option<f64>, D::Error> {
+    let v = f64::deserialize(d)?;
+    crate::cli::parse_trigger_pre(&v.to_string())
+        .map(Some)
+        .map_err(custom)
+}
+
+fn positive_whole<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = u64::deserialize(d)?;
+    crate::cli::parse_positive_u64(&v.to_string())
+        .map(Some)
+        .map_err(custom)
+}
+
+fn ring_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = u64::deserialize(d)?;
+    crate::cli::parse_ring_mb(&v.to_string())
+        .map(Some)
+        .map_err(custom)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -504,6 +556,13 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set_opt!(alert_hosts, a.hosts.map(path));
     add!(notify, Some(a.notify));
     add!(script, Some(a.scripts.into_iter().map(path)));
+    let t = file.trigger;
+    add!(trigger_capture, t.capture);
+    set_opt!(trigger_dir, t.dir.map(path));
+    set!(trigger_pre, t.pre);
+    set!(trigger_max_mb, t.max_mb);
+    set!(trigger_max_seconds, t.max_seconds);
+    set!(trigger_ring_mb, t.ring_mb);
 }
 
 /// `sonde config example`: every section, with the defaults, commented.
@@ -556,6 +615,19 @@ mod tests {
         );
         let e = parse("[input]\ninterface = 3\n").unwrap_err();
         assert!(e.starts_with(" line 2, key input.interface"), "{e}");
+    }
+
+    #[test]
+    fn trigger_keys_use_the_flags_parsers() {
+        let f =
+            parse("[trigger]\ncapture = [\"syn_flood,ddos:both\"]\ndir = \"caps\"\npre = 2.5\n")
+                .unwrap();
+        assert_eq!(f.trigger.capture.map(|c| c[0].len()), Some(2));
+        assert_eq!(f.trigger.pre, Some(2.5));
+        let e = parse("[trigger]\ncapture = [\"ddos:sideways\"]\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key trigger.capture"), "{e}");
+        let e = parse("[trigger]\nring_mb = 0\n").unwrap_err();
+        assert!(e.contains("trigger.ring_mb"), "{e}");
     }
 
     #[test]

@@ -240,6 +240,30 @@ fn run(cli: Cli) -> Result<ExitCode> {
             if secs > 0.0 { t.packets as f64 / secs / 1e6 } else { 0.0 }
         );
     }
+    if let (false, Some(files)) = (cli.quiet, &summary.trigger_files) {
+        for f in files {
+            eprintln!(
+                "sonde: trigger capture {}: {} packets{}{}{}",
+                f.path.display(),
+                format_count(f.packets),
+                if f.dropped > 0 {
+                    format!(", {} dropped", format_count(f.dropped))
+                } else {
+                    String::new()
+                },
+                f.truncated_by
+                    .map(|c| format!(
+                        ", cut by --trigger-max-{}",
+                        if c.name() == "bytes" { "mb" } else { "seconds" }
+                    ))
+                    .unwrap_or_default(),
+                f.error
+                    .as_ref()
+                    .map(|e| format!(", error: {e}"))
+                    .unwrap_or_default(),
+            );
+        }
+    }
     if let Some(e) = &summary.error {
         eprintln!("sonde: error: {e}");
         return Ok(ExitCode::FAILURE);

@@ -145,6 +145,32 @@ fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
     })
 }
 
+/// Trigger capture: the rules of every --trigger-capture, and the directory checked now.
+fn trigger_settings(cli: &Cli) -> Result<Option<sonde_trigger::TriggerConfig>> {
+    let rules: Vec<sonde_trigger::Rule> = cli.trigger_capture.iter().flatten().cloned().collect();
+    if rules.is_empty() {
+        if cli.trigger_dir.is_some() {
+            bail!("--trigger-dir is only used with --trigger-capture TYPE: add it, or drop --trigger-dir");
+        }
+        return Ok(None);
+    }
+    let mut kinds: Vec<&str> = rules.iter().map(|r| r.kind.as_str()).collect();
+    kinds.sort_unstable();
+    if let Some(w) = kinds.windows(2).find(|w| w[0] == w[1]) {
+        bail!("--trigger-capture: '{}' is given twice", w[0]);
+    }
+    let Some(dir) = cli.trigger_dir.clone() else {
+        bail!("--trigger-capture needs --trigger-dir DIR (where the pcap files go)");
+    };
+    sonde_trigger::check_dir(&dir).map_err(|e| anyhow::anyhow!("--trigger-dir {e}"))?;
+    let mut t = sonde_trigger::TriggerConfig::new(rules, dir);
+    t.pre_ns = (cli.trigger_pre * 1e9) as u64;
+    t.max_bytes = cli.trigger_max_mb.saturating_mul(sonde_trigger::MIB);
+    t.max_seconds = cli.trigger_max_seconds;
+    t.ring_bytes = (cli.trigger_ring_mb * sonde_trigger::MIB) as usize;
+    Ok(Some(t))
+}
+
 /// A network sink's URL without its queue options (`?when_full=block&queue=256`), and what
 /// they ask for.
 fn split_queue_options(text: &str, flag: &str) -> Result<(String, QueueRequest)> {
@@ -363,6 +389,10 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     }
     cfg.analytics = analytics_settings(cli)?;
     cfg.alerts = Some(alert_settings(cli)?);
+    cfg.trigger = trigger_settings(cli)?;
+    if cfg.trigger.is_some() && cfg.analytics.is_none() {
+        bail!("--trigger-capture needs the analytics (their detections start captures): drop --analytics off");
+    }
     cfg.duration = match cli.duration {
         Some(d) if !(d > 0.0 && d.is_finite()) => {
             bail!("--duration must be a positive number of seconds")
