@@ -407,6 +407,8 @@ export interface Alert {
   acked_by?: string;
   acked_at?: number;
   released_by?: string;
+  /** Trigger-capture files of the alert (--trigger-capture). */
+  captures?: { name: string; packets: number; bytes: number; complete: boolean; truncated_by: string | null }[];
 }
 
 export interface AlertCounters {

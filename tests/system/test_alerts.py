@@ -21,6 +21,7 @@ import subprocess
 import sys
 import threading
 import time
+import urllib.error
 import urllib.request
 from pathlib import Path
 
@@ -462,3 +463,52 @@ def test_bad_alert_arguments(args, says, sonde_bin, five_scanners, workdir):
     lines = [line for line in err.splitlines() if line.strip()]
     assert len(lines) == 1, err
     assert re.search(says, lines[0]), lines[0]
+
+
+def test_trigger_capture_files_are_listed_with_the_alert_and_downloadable(sonde_bin,
+                                                                          five_scanners,
+                                                                          workdir):
+    """The five scans, then one unrelated packet a second for 10 s (the traffic's clock goes on,
+    so each scan's detection ends and, with hold=0, its alert is released and its file closed
+    while the run still serves the API)."""
+    caps = workdir / "caps"
+    caps.mkdir()
+    pcap = workdir / "scans-then-quiet.pcap"
+    frames = list(scan_pcap.scanners(5, 40, T0, 5.0, TARGET))
+    frames += [(T0 + 6 + k, scan_pcap.syn("10.200.0.1", "192.0.2.99", 50000 + k, 443))
+               for k in range(10)]
+    scan_pcap.write(pcap, frames)
+    port = free_port()
+    proc = subprocess.Popen([str(sonde_bin), "-r", str(pcap), "-q", "--top-interval", "1",
+                             "--alert-limits", "hold=0",
+                             "--trigger-capture", "scan.port:attacker", "--trigger-dir", str(caps),
+                             "--http", f"127.0.0.1:{port}", "--no-auth", "--duration", "15"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        def listed():
+            try:
+                r = api(port, "GET", "/api/v1/alerts?type=scan.port")
+            except OSError:
+                return None
+            done = [a for a in r["alerts"] if a.get("captures")
+                    and all(c["complete"] for c in a["captures"])]
+            return done if len(done) == 5 else None
+        alerts = wait_for(listed, timeout=30)
+        for a in alerts:
+            (c,) = a["captures"]
+            assert c["packets"] == 40, c  # the scanner's 40 SYNs
+            url = f"http://127.0.0.1:{port}/api/v1/admin/alerts/{a['id']}/captures/{c['name']}"
+            with urllib.request.urlopen(url, timeout=10) as r:
+                assert r.headers["Content-Type"] == "application/vnd.tcpdump.pcap"
+                body = r.read()
+            assert body == (caps / c["name"]).read_bytes()
+        for bad in ("..%2F..%2Fetc%2Fpasswd", "nope.pcap"):
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/admin/alerts/"
+                                       f"{alerts[0]['id']}/captures/{bad}", timeout=10)
+                raise AssertionError(f"{bad} was served")
+            except urllib.error.HTTPError as e:
+                assert e.code == 404, (bad, e.code)
+    finally:
+        proc.terminate()
+        proc.communicate(timeout=60)

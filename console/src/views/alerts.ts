@@ -23,9 +23,20 @@ function entity(a: Alert): HTMLElement | string {
   return v;
 }
 
-/** Links to what the alert is about: the host, its flows, the history of the time around it. */
-function links(a: Alert, hasHistory: boolean): HTMLElement {
+/** Links to what the alert is about: the host, its flows, the history of the time around it;
+ * for an admin, its trigger-capture files (served only under the admin API). */
+function links(a: Alert, hasHistory: boolean, admin: boolean): HTMLElement {
   const out = el('span', { class: 'links' });
+  for (const c of a.captures ?? []) {
+    const label = `pcap ${fmt.count(c.packets)} pkts${c.complete ? '' : ' (writing)'}`;
+    if (admin) {
+      // The name comes from sonde's trigger directory (letters, digits, - _ .), still encoded.
+      const url = `/api/v1/admin/alerts/${a.id}/captures/${encodeURIComponent(c.name)}`;
+      out.append(el('a', { href: url, download: c.name, class: 'capture' }, label), ' · ');
+    } else {
+      out.append(el('span', { class: 'muted' }, label), ' · ');
+    }
+  }
   if (a.host) {
     out.append(link(href('flows', '', { host: a.host }), 'flows'));
     if (hasHistory) {
@@ -99,7 +110,7 @@ export const alerts: View = (root, route, ctx) => {
     { label: 'Start', cell: (a) => fmt.time(a.start) },
     { label: 'End', cell: (a) => (a.end ? fmt.time(a.end) : el('span', { class: 'badge', 'data-kind': 'in-progress' }, 'engaged')) },
     { label: 'Summary', cell: (a) => a.summary },
-    { label: 'See', cell: (a) => links(a, ctx.history) },
+    { label: 'See', cell: (a) => links(a, ctx.history, admin) },
     { label: 'Actions', cell: actions },
   ];
   const engagedT = table<Alert>({ caption: 'Engaged alerts', hideCaption: true, columns, empty: 'No alert is engaged.' });

@@ -142,9 +142,16 @@ pub(crate) async fn list(
     all.sort_by(|a, b| b["start"].as_u64().cmp(&a["start"].as_u64()));
     let mut rows: Vec<Value> = engaged.clone();
     rows.extend(all);
+    // (captures are added to the page's rows below)
     let total = rows.len();
     let more = total > offset.saturating_add(limit);
-    let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    let mut page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    let mut engaged = engaged;
+    for a in page.iter_mut().chain(engaged.iter_mut()) {
+        if let Some(c) = a["id"].as_u64().and_then(|id| captures_of(&s, id)) {
+            a["captures"] = c;
+        }
+    }
     let c = hub.counters();
     Ok(Json(json!({
         "from": from, "to": to, "engaged": engaged, "alerts": page, "total": total,
@@ -221,4 +228,84 @@ pub(crate) fn metrics(out: &mut String, s: &AppState) {
     if let Some(h) = s.view.alerts() {
         h.metrics(out);
     }
+}
+
+/// The trigger-capture files of an alert, for its record (`captures`).
+pub(crate) fn captures_of(s: &AppState, id: u64) -> Option<Value> {
+    let t = s.view.trigger()?;
+    let files: Vec<Value> = t
+        .files(id)
+        .into_iter()
+        .map(|f| {
+            json!({"name": f.name, "packets": f.packets, "bytes": f.bytes,
+                "complete": f.complete, "truncated_by": f.truncated_by.map(|c| c.name()),
+                "dropped": f.dropped})
+        })
+        .collect();
+    (!files.is_empty()).then(|| Value::Array(files))
+}
+
+/// `GET /api/v1/admin/alerts/{id}/captures/{name}`: a trigger-capture file of the alert, as
+/// `application/vnd.tcpdump.pcap` (admin: packets hold whatever the wire carried). Only a
+/// name that trigger capture lists for that alert is served, so no path reaches elsewhere.
+pub(crate) async fn capture(
+    State(s): Shared,
+    Path((aid, name)): Path<(u64, String)>,
+) -> Result<Response, ApiError> {
+    use axum::http::header;
+    let t = s.view.trigger().ok_or_else(|| {
+        ApiError(
+            StatusCode::NOT_FOUND,
+            "trigger capture is off (see --trigger-capture)".into(),
+        )
+    })?;
+    let Some(f) = t.files(aid).into_iter().find(|f| f.name == name) else {
+        return Err(ApiError(
+            StatusCode::NOT_FOUND,
+            format!("alert {aid} has no capture named {name:?}"),
+        ));
+    };
+    let path = f.path.clone();
+    let file = tokio::task::spawn_blocking(move || std::fs::File::open(&path))
+        .await
+        .map_err(|e| crate::internal(e.to_string()))?
+        .map_err(|e| crate::internal(format!("cannot read the capture: {e}")))?;
+    // Read in chunks on a blocking thread; the answer streams them (files reach 100 MB).
+    let (tx, rx) = tokio::sync::mpsc::channel::<Result<axum::body::Bytes, std::io::Error>>(4);
+    tokio::task::spawn_blocking(move || {
+        use std::io::Read;
+        let mut file = file;
+        loop {
+            let mut buf = vec![0u8; 1 << 16];
+            match file.read(&mut buf) {
+                Ok(0) => break,
+                Ok(n) => {
+                    buf.truncate(n);
+                    if tx.blocking_send(Ok(buf.into())).is_err() {
+                        break;
+                    }
+                }
+                Err(e) => {
+                    let _ = tx.blocking_send(Err(e));
+                    break;
+                }
+            }
+        }
+    });
+    let stream =
+        futures_util::stream::unfold(rx, |mut rx| async move { rx.recv().await.map(|c| (c, rx)) });
+    Ok((
+        [
+            (
+                header::CONTENT_TYPE,
+                "application/vnd.tcpdump.pcap".to_string(),
+            ),
+            (
+                header::CONTENT_DISPOSITION,
+                format!("attachment; filename=\"{}\"", f.name),
+            ),
+        ],
+        axum::body::Body::from_stream(stream),
+    )
+        .into_response())
 }

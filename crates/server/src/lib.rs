@@ -262,6 +262,10 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
             delete(alerts::delete_exclusion),
         )
         .route("/api/v1/admin/alerts/{id}/ack", post(alerts::ack))
+        .route(
+            "/api/v1/admin/alerts/{id}/captures/{name}",
+            get(alerts::capture),
+        )
         .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/schema", get(schema))
