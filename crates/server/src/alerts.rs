@@ -242,7 +242,7 @@ pub(crate) fn captures_of(s: &AppState, id: u64) -> Option<Value> {
                 "dropped": f.dropped})
         })
         .collect();
-    (!files.is_empty()).then(|| Value::Array(files))
+    (!files.is_empty()).then_some(Value::Array(files))
 }
 
 /// `GET /api/v1/admin/alerts/{id}/captures/{name}`: a trigger-capture file of the alert, as
