@@ -512,3 +512,46 @@ def test_trigger_capture_files_are_listed_with_the_alert_and_downloadable(sonde_
     finally:
         proc.terminate()
         proc.communicate(timeout=60)
+
+
+def nf5(seq: int, flows: int, now: int) -> bytes:
+    """A NetFlow v5 datagram of `flows` records, whose header says `seq` flows came before."""
+    import struct
+    head = struct.pack("!HHIIIIBBH", 5, flows, 1000, now, 0, seq, 0, 0, 0)
+    recs = b"".join(struct.pack("!4s4s4sHHIIIIHHBBBBHHBBH", bytes([10, 5, 0, 1]),
+                                bytes([10, 5, 0, 2 + i]), b"\0\0\0\0", 1, 2, 3, 300, 500, 900,
+                                40000 + i, 443, 0, 0x1b, 6, 0, 0, 0, 24, 24, 0)
+                    for i in range(flows))
+    return head + recs
+
+
+def test_collector_checks_gap_and_silent_exporter(sonde_bin, workdir):
+    """An exporter sends three datagrams whose sequence numbers skip 9 records, then stops: a
+    collector.gap alert names it with the 9 lost records, and after exporter_silent=2 seconds an
+    exporter.silent alert does."""
+    port = free_port()
+    out = workdir / "alerts.jsonl"
+    proc = subprocess.Popen([str(sonde_bin), "--collect", f"udp://127.0.0.1:{port}", "-q",
+                             "--alerts-out", str(out), "--alert-limits",
+                             "hold=0,exporter_silent=2", "--duration", "9"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    tx.bind(("127.0.0.1", 0))
+    src = f"127.0.0.1:{tx.getsockname()[1]}"
+    try:
+        time.sleep(1.0)
+        now = int(time.time())
+        for seq in (0, 1, 11):
+            tx.sendto(nf5(seq, 1, now), ("127.0.0.1", port))
+            time.sleep(0.2)
+    finally:
+        _, err = proc.communicate(timeout=60)
+        tx.close()
+    assert proc.returncode == 0, err
+    recs = jsonl(out)
+    gap = [r for r in recs if r["type"] == "collector.gap" and r["event"] == "start"]
+    assert len(gap) == 1 and gap[0]["entity"] == {"kind": "exporter", "value": src}, recs
+    assert gap[0]["evidence"]["lost_records"] == 9, gap
+    silent = [r for r in recs if r["type"] == "exporter.silent" and r["event"] == "start"]
+    assert len(silent) == 1 and silent[0]["entity"]["value"] == src, recs
+    assert silent[0]["evidence"]["silent_s"] >= 2

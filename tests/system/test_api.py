@@ -138,6 +138,11 @@ def test_api_answers_equal_tshark_and_the_engine(served):
                                  "/api/v1/admin/tokens", "/api/v1/admin/tokens/{name}",
                                  "/api/v1/anomalies", "/api/v1/interval", "/api/v1/filtersets",
                                  "/api/v1/history/intervals",
+                                 "/api/v1/alerts", "/api/v1/alerts/exclusions",
+                                 "/api/v1/admin/alerts/exclusions",
+                                 "/api/v1/admin/alerts/exclusions/{id}",
+                                 "/api/v1/admin/alerts/{id}/ack",
+                                 "/api/v1/admin/alerts/{id}/captures/{name}",
                                  "/api/v1/history/intervals/top/{list}",
                                  "/api/v1/history/anomalies", "/api/v1/schema"}
     # /api/v1/schema is the table `sonde schema --json` prints; every flow's 'meta' uses its

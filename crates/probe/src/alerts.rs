@@ -49,6 +49,8 @@ pub struct CheckSettings {
     pub listed_file: Option<PathBuf>,
     /// disk.near_cap: the flow history's size cap (bytes, 0: none).
     pub history_cap: u64,
+    /// exporter.silent: seconds without a datagram from an exporter that was sending.
+    pub exporter_silent_s: u64,
 }
 
 impl Default for CheckSettings {
@@ -58,6 +60,7 @@ impl Default for CheckSettings {
             listed: Vec::new(),
             listed_file: None,
             history_cap: 0,
+            exporter_silent_s: 60,
         }
     }
 }
@@ -612,6 +615,18 @@ struct CheckState {
     listed_seen: std::collections::HashSet<String>,
     last_hosts_scan: u64,
     last_disk_check: u64,
+    /// Per exporter: datagrams and records lost as last seen, when its datagrams last grew,
+    /// and when it last lost records.
+    exporters: std::collections::HashMap<std::net::SocketAddr, ExporterSeen>,
+}
+
+#[derive(Clone, Copy, Default)]
+struct ExporterSeen {
+    datagrams: u64,
+    lost: u64,
+    last_sent: u64,
+    last_loss: Option<u64>,
+    silent: bool,
 }
 
 /// The checks thread: built-in checks and the hub's wall tick, once a second until `stop`.
@@ -636,6 +651,7 @@ pub(crate) fn start_checks(
                 let wall = wall_now();
                 check_capture(&hub, &view, &settings, &interface, &mut st, wall);
                 check_tables(&hub, &view, &mut st);
+                check_exporters(&hub, &view, &settings, &mut st, wall);
                 if !settings.listed.is_empty() && wall >= st.last_hosts_scan + 5 {
                     st.last_hosts_scan = wall;
                     check_listed(&hub, &view, &settings, &mut st);
@@ -764,6 +780,89 @@ fn check_tables(hub: &AlertHub, view: &crate::ProbeView, st: &mut CheckState) {
                     ..Release::default()
                 });
             }
+        }
+    }
+}
+
+/// exporter.silent (an exporter that was sending has sent nothing for `exporter_silent_s`
+/// seconds) and collector.gap (its sequence numbers say records or datagrams were lost in the
+/// last second; released after a minute without loss). Wall-clock seconds: exporters send on
+/// the wall clock, whatever time their records carry.
+fn check_exporters(
+    hub: &AlertHub,
+    view: &crate::ProbeView,
+    s: &CheckSettings,
+    st: &mut CheckState,
+    wall: u64,
+) {
+    let now = hub.now();
+    for (addr, x) in view.exporters() {
+        let lost = x.lost_records + x.lost_packets + x.lost_datagrams;
+        let seen = st.exporters.entry(addr).or_insert(ExporterSeen {
+            datagrams: x.datagrams,
+            lost,
+            last_sent: wall,
+            ..Default::default()
+        });
+        let entity = addr.to_string();
+        if x.datagrams > seen.datagrams {
+            seen.datagrams = x.datagrams;
+            seen.last_sent = wall;
+            if seen.silent {
+                seen.silent = false;
+                hub.release(Release {
+                    kind: "exporter.silent".into(),
+                    entity: entity.clone(),
+                    at: now,
+                    ..Release::default()
+                });
+            }
+        } else if !seen.silent && wall >= seen.last_sent + s.exporter_silent_s {
+            seen.silent = true;
+            hub.raise(Raise {
+                kind: "exporter.silent".into(),
+                entity_kind: "exporter".into(),
+                entity: entity.clone(),
+                severity: "warning".into(),
+                summary: format!(
+                    "exporter {entity} has sent nothing for {} s (after {} datagrams)",
+                    wall - seen.last_sent,
+                    x.datagrams
+                ),
+                source: "check".into(),
+                evidence: json!({"datagrams": x.datagrams, "records": x.records,
+                    "silent_s": wall - seen.last_sent, "threshold_s": s.exporter_silent_s}),
+                extra: Map::new(),
+                at: now,
+            });
+        }
+        if lost > seen.lost {
+            let new = lost - seen.lost;
+            seen.lost = lost;
+            seen.last_loss = Some(wall);
+            hub.raise(Raise {
+                kind: "collector.gap".into(),
+                entity_kind: "exporter".into(),
+                entity: entity.clone(),
+                severity: "notice".into(),
+                summary: format!(
+                    "exporter {entity}: its sequence numbers say {new} lost in the last second ({lost} in all)"
+                ),
+                source: "check".into(),
+                evidence: json!({"lost_records": x.lost_records, "lost_packets": x.lost_packets,
+                    "lost_datagrams": x.lost_datagrams, "lost_last_second": new,
+                    "sequence_resets": x.sequence_resets}),
+                extra: Map::new(),
+                at: now,
+            });
+        } else if seen.last_loss.is_some_and(|t| wall >= t + 60) {
+            seen.last_loss = None;
+            hub.release(Release {
+                kind: "collector.gap".into(),
+                entity,
+                at: now,
+                ..Release::default()
+            });
         }
     }
 }

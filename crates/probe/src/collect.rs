@@ -72,6 +72,23 @@ pub struct CollectorCounters {
     pub messages: AtomicU64,
     pub records: AtomicU64,
     pub errors: AtomicU64,
+    /// Each exporter's statistics as of about a second ago (the receivers publish them), for
+    /// the alerts' checks: an exporter that stopped sending, sequence gaps.
+    pub exporters: std::sync::Mutex<std::collections::HashMap<std::net::SocketAddr, ExporterStats>>,
+}
+
+impl CollectorCounters {
+    /// Publishes `collector`'s exporters when `last` is a second old (a receiver's own pace).
+    fn publish(&self, collector: &Collector, last: &mut std::time::Instant) {
+        if last.elapsed() < Duration::from_secs(1) {
+            return;
+        }
+        *last = std::time::Instant::now();
+        let mut m = self.exporters.lock().unwrap_or_else(|e| e.into_inner());
+        for (addr, s) in collector.stats() {
+            m.insert(addr, s.clone());
+        }
+    }
 }
 
 /// Routes collected records to the shards that own their flows, in batches.
@@ -358,7 +375,9 @@ pub(crate) fn run_udp(
     // When the socket was last found empty while busy: the pause is worked out from how many
     // datagrams came since.
     let mut polling_since: Option<std::time::Instant> = None;
+    let mut published = std::time::Instant::now();
     while !stop.load(Ordering::Relaxed) {
+        counters.publish(&collector, &mut published);
         match rx.recv(&socket, polling_since.is_none()) {
             Ok(n) => {
                 rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
@@ -541,6 +560,7 @@ pub(crate) fn run_tcp(
                     let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
                     let mut buf = vec![0u8; 65536];
                     let mut scratch = (Vec::new(), Vec::new());
+                    let mut published = std::time::Instant::now();
                     'conn: while !stop.load(Ordering::Relaxed) {
                         use std::io::Read;
                         let n = match stream.read(&mut buf) {
@@ -573,6 +593,7 @@ pub(crate) fn run_tcp(
                                         &mut scratch,
                                     );
                                     out.flush();
+                                    counters.publish(&collector, &mut published);
                                 }
                                 Ok(None) => break,
                                 Err(_) => {

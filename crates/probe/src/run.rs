@@ -158,6 +158,7 @@ impl Probe {
             analytics: self.analytics_view.clone(),
             alerts: self.alerts.clone(),
             trigger: self.trigger.clone(),
+            collector: self.collector_counters.clone(),
         }
     }
 
@@ -350,9 +351,23 @@ pub struct ProbeView {
     analytics: Option<crate::AnalyticsView>,
     alerts: Option<Arc<crate::alerts::AlertHub>>,
     trigger: Option<sonde_trigger::TriggerCapture>,
+    collector: Arc<CollectorCounters>,
 }
 
 impl ProbeView {
+    /// Each collected exporter's statistics, as the receivers last published them (about
+    /// once a second).
+    pub fn exporters(&self) -> Vec<(std::net::SocketAddr, sonde_flowproto::decode::ExporterStats)> {
+        let m = self
+            .collector
+            .exporters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner());
+        let mut v: Vec<_> = m.iter().map(|(a, s)| (*a, s.clone())).collect();
+        v.sort_by_key(|(a, _)| *a);
+        v
+    }
+
     /// The alerts (None when the run has none).
     pub fn alerts(&self) -> Option<&Arc<crate::alerts::AlertHub>> {
         self.alerts.as_ref()

@@ -170,7 +170,8 @@ pub struct Cli {
     pub alert_exclude: Vec<String>,
     /// The alert rules: hold=SECS (a release waits this long for the condition to come back),
     /// burst=N and per_minute=N (new alerts of one type), per_entity_hour=N (of one type about
-    /// one entity). Default: hold=30,burst=20,per_minute=10,per_entity_hour=6.
+    /// one entity), exporter_silent=SECS (a collected exporter that stopped sending). Default:
+    /// hold=30,burst=20,per_minute=10,per_entity_hour=6,exporter_silent=60.
     #[arg(long, value_name = "KEY=VALUE,...")]
     pub alert_limits: Option<String>,
     /// Addresses and networks, one per line ('#' comments), whose presence in the traffic

@@ -97,11 +97,12 @@ fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
         })
         .collect::<Result<Vec<_>>>()?;
     let mut engine = sonde_alerts::Config::default();
+    let mut silent = None;
     if let Some(text) = &cli.alert_limits {
         for part in text.split(',').map(str::trim).filter(|p| !p.is_empty()) {
             let bad = || {
                 anyhow::anyhow!(
-                    "--alert-limits {part:?}: use hold=SECS, burst=N, per_minute=N or per_entity_hour=N (whole numbers)"
+                    "--alert-limits {part:?}: use hold=SECS, burst=N, per_minute=N, per_entity_hour=N or exporter_silent=SECS (whole numbers)"
                 )
             };
             let (k, v) = part.split_once('=').ok_or_else(bad)?;
@@ -112,6 +113,7 @@ fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
                 "burst" => engine.type_burst = small()?.max(1),
                 "per_minute" => engine.type_per_minute = small()?,
                 "per_entity_hour" => engine.entity_per_hour = small()?.max(1),
+                "exporter_silent" => silent = Some(n.max(1)),
                 _ => return Err(bad()),
             }
         }
@@ -120,6 +122,9 @@ fn alert_settings(cli: &Cli) -> Result<sonde_probe::AlertSettings> {
         history_cap: (cli.history_max_size.max(0.0) * (1u64 << 30) as f64) as u64,
         ..Default::default()
     };
+    if let Some(s) = silent {
+        checks.exporter_silent_s = s;
+    }
     if let Some(p) = &cli.alert_hosts {
         checks.listed = sonde_probe::alerts::read_list(p).map_err(anyhow::Error::msg)?;
         checks.listed_file = Some(p.clone());
