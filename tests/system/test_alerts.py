@@ -555,3 +555,33 @@ def test_collector_checks_gap_and_silent_exporter(sonde_bin, workdir):
     silent = [r for r in recs if r["type"] == "exporter.silent" and r["event"] == "start"]
     assert len(silent) == 1 and silent[0]["entity"]["value"] == src, recs
     assert silent[0]["evidence"]["silent_s"] >= 2
+
+
+def test_on_flow_hooks_see_every_ended_flow(sonde_bin, five_scanners, workdir):
+    """A script's on_flow gets each ended flow (client, server, ports, packets) and raises an
+    alert per client that tried port 1; its flows counter equals the flows sonde ended."""
+    lua = workdir / "port1.lua"
+    lua.write_text("""
+local seen = 0
+function on_flow(f)
+  seen = seen + 1
+  if f.server_port == 1 and f.proto == 6 then
+    sonde.alert{type = "port1", entity = f.client, summary = f.client .. " tried port 1",
+                evidence = {server = f.server, packets = f.packets[1], seen = seen}}
+  end
+end
+""")
+    out, stats = workdir / "alerts.jsonl", workdir / "s.json"
+    p = run(sonde_bin, "-r", five_scanners, "-q", "--script", lua, "--alerts-out", out,
+            "--stats-json", stats)
+    assert p.returncode == 0, p.stderr
+    recs = [r for r in jsonl(out) if r["type"] == "script.port1"]
+    starts = sorted(r["entity"]["value"] for r in recs if r["event"] == "start")
+    assert starts == sorted(scanner(i) for i in range(5)), recs
+    assert all(r["evidence"]["server"] == TARGET and r["evidence"]["packets"] == 1 for r in recs)
+    s = json.loads(stats.read_text())
+    assert sum(s["flows"]["ended"].values()) == 200, s["flows"]
+    # The last refresh of the last scanner's alert came after every flow before it was seen.
+    ends = [r for r in recs if r["event"] == "end"]
+    assert max(r["evidence"]["seen"] for r in ends) <= 200
+    assert s["alerts"]["scripts"][0]["enabled"] and s["alerts"]["scripts"][0]["errors"] == 0

@@ -36,29 +36,49 @@ fn secs(ns: u64) -> f64 {
     ns as f64 / 1e9
 }
 
-fn flow_info(r: &FlowRecord) -> FlowInfo {
-    let f = &r.flow;
-    let e = f.ends();
-    let c = f.client_dir();
-    let meta = r.meta.as_deref();
+/// A flow as scripts see it, from what records and live rows both hold.
+fn flow_info(
+    key: &sonde_flow::FlowKey,
+    client_is_a: bool,
+    (pkts, bytes): ([u64; 2], [u64; 2]),
+    (first_ns, last_ns): (u64, u64),
+    l7: &sonde_dpi::L7,
+    meta: Option<&sonde_dpi::Meta>,
+    end_reason: &str,
+) -> FlowInfo {
+    let c = usize::from(!client_is_a);
+    let e = key.ends(c);
     FlowInfo {
-        proto: f.key.proto,
-        client: addr_text(e.client_addr, f.key.ip_version),
-        server: addr_text(e.server_addr, f.key.ip_version),
+        proto: key.proto,
+        client: addr_text(e.client_addr, key.ip_version),
+        server: addr_text(e.server_addr, key.ip_version),
         client_port: e.client_port,
         server_port: e.server_port,
-        vlan: f.key.vlan,
-        app: f.l7.name(),
-        packets: [f.pkts[c], f.pkts[1 - c]],
-        bytes: [f.bytes[c], f.bytes[1 - c]],
-        first_seen: secs(f.first_ns),
-        last_seen: secs(f.last_ns),
-        end_reason: r.reason.name().to_string(),
+        vlan: key.vlan,
+        app: l7.name(),
+        packets: [pkts[c], pkts[1 - c]],
+        bytes: [bytes[c], bytes[1 - c]],
+        first_seen: secs(first_ns),
+        last_seen: secs(last_ns),
+        end_reason: end_reason.to_string(),
         server_name: meta.and_then(|m| m.server_name.clone()),
         dns_query: meta
             .and_then(|m| m.dns.as_ref())
             .and_then(|d| d.query.clone()),
     }
+}
+
+fn record_info(r: &FlowRecord) -> FlowInfo {
+    let f = &r.flow;
+    flow_info(
+        &f.key,
+        f.client_is_a,
+        (f.pkts, f.bytes),
+        (f.first_ns, f.last_ns),
+        &f.l7,
+        r.meta.as_deref(),
+        r.reason.name(),
+    )
 }
 
 /// The flow sink that feeds `on_flow` hooks.
@@ -74,7 +94,7 @@ impl RecordSink for ScriptFlows {
 
     fn write(&mut self, batch: &[FlowRecord]) -> std::io::Result<()> {
         for r in batch {
-            match self.tx.try_send(flow_info(r)) {
+            match self.tx.try_send(record_info(r)) {
                 Ok(()) => {
                     self.live.flows_handed.fetch_add(1, Ordering::Relaxed);
                 }
@@ -143,31 +163,20 @@ impl ProbeData for Data<'_> {
         // What DPI learned (server names, DNS queries), asked of the shards in one request.
         let keys: Vec<sonde_flow::FlowKey> = rows.iter().map(|r| r.key).collect();
         let metas = self.view.flow_meta(&keys);
-        let mut out = Vec::with_capacity(rows.len());
-        for (r, meta) in rows.into_iter().zip(metas) {
-            let c = usize::from(!r.client_is_a);
-            let e = r.key.ends(c);
-            out.push(FlowInfo {
-                proto: r.key.proto,
-                client: addr_text(e.client_addr, r.key.ip_version),
-                server: addr_text(e.server_addr, r.key.ip_version),
-                client_port: e.client_port,
-                server_port: e.server_port,
-                vlan: r.key.vlan,
-                app: r.l7.name(),
-                packets: [r.pkts[c], r.pkts[1 - c]],
-                bytes: [r.bytes[c], r.bytes[1 - c]],
-                first_seen: secs(r.first_ns),
-                last_seen: secs(r.last_ns),
-                end_reason: String::new(),
-                server_name: meta.as_ref().and_then(|m| m.server_name.clone()),
-                dns_query: meta
-                    .as_ref()
-                    .and_then(|m| m.dns.as_ref())
-                    .and_then(|d| d.query.clone()),
-            });
-        }
-        out
+        rows.into_iter()
+            .zip(metas)
+            .map(|(r, meta)| {
+                flow_info(
+                    &r.key,
+                    r.client_is_a,
+                    (r.pkts, r.bytes),
+                    (r.first_ns, r.last_ns),
+                    &r.l7,
+                    meta.as_deref(),
+                    "",
+                )
+            })
+            .collect()
     }
 
     fn interface(&mut self) -> Value {
