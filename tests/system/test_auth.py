@@ -4,6 +4,7 @@ web console and REST API, against a real sonde on 127.0.0.1."""
 from __future__ import annotations
 
 import http.client
+import collections
 import json
 import os
 import re
@@ -219,6 +220,60 @@ def test_failed_logins_lock_the_address_out(sonde_bin, need_corpus, workdir):
         # Locked out even with the right password, until the lockout passes.
         status, body = c.login("root", "admin password 1")
         assert status == 429 and "wait" in body["error"]
+    finally:
+        _stop(proc)
+
+
+def _login_from(port, source, user, password):
+    """POST /api/v1/login from a chosen loopback source address: (status, JSON body)."""
+    c = http.client.HTTPConnection("127.0.0.1", port, timeout=60, source_address=(source, 0))
+    c.request("POST", "/api/v1/login", body=json.dumps({"user": user, "password": password}),
+              headers={"Content-Type": "application/json"})
+    r = c.getresponse()
+    text = r.read().decode()
+    c.close()
+    _login_from.cookie = (r.getheader("Set-Cookie") or "").split(";")[0]
+    return r.status, (json.loads(text) if text.startswith("{") else text)
+
+
+def _peak_rss_mib(pid):
+    for line in open(f"/proc/{pid}/status"):
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    raise AssertionError("no VmHWM")
+
+
+def test_a_burst_of_wrong_logins_is_refused_before_hashing(sonde_bin, need_corpus, workdir):
+    """80 concurrent wrong logins for root from one address: at most 5 are checked (the
+    attempts are counted before the slow hash), the rest are refused at once, memory stays
+    bounded, and root logs in from another address meanwhile; /metrics counts every refusal."""
+    import concurrent.futures
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    try:
+        _wait_up(proc, port)
+        with concurrent.futures.ThreadPoolExecutor(max_workers=80) as pool:
+            burst = [pool.submit(_login_from, port, "127.0.0.1", "root", f"guess {i}")
+                     for i in range(80)]
+            # The admin, elsewhere, is not locked out by the stranger's burst.
+            status, body = _login_from(port, "127.0.0.2", "root", "admin password 1")
+            assert status in (200, 503), (status, body)
+            if status == 503:  # every hash slot was taken at that instant: try again
+                time.sleep(1.0)
+                status, body = _login_from(port, "127.0.0.2", "root", "admin password 1")
+            assert status == 200 and body["role"] == "admin", (status, body)
+            codes = collections.Counter(f.result()[0] for f in burst)
+        assert codes[401] <= 5 and codes[200] == 0, codes
+        assert codes[429] + codes[503] >= 75, codes
+        assert _peak_rss_mib(proc.pid) < 300, _peak_rss_mib(proc.pid)
+        c = Client(port)
+        c.cookie = _login_from.cookie
+        status, text = c.request("GET", "/metrics")
+        assert status == 200
+        m = dict(re.findall(r'^sonde_logins_total\{outcome="(\w+)"\} (\d+)$', text, re.M))
+        assert int(m["throttled"]) == codes[429] and int(m["busy"]) >= codes[503], (m, codes)
+        assert int(m["failed"]) == codes[401] and int(m["ok"]) >= 1, m
     finally:
         _stop(proc)
 

@@ -4,8 +4,12 @@
 //!   `SameSite=Strict`, `Secure` under TLS). Sessions live in memory: a restart logs everyone out.
 //! - Scripts send `Authorization: Bearer TOKEN` (tokens from `sonde user token`).
 //! - `viewer` reads everything; `admin` also manages users (`/api/v1/admin/…`).
-//! - Failed logins are counted per client address; after [`MAX_FAILURES`] the address waits
-//!   [`LOCKOUT`] before it may try again.
+//! - Logins are throttled per client (an IPv4 address, an IPv6 /64) and user name: an attempt
+//!   is counted *before* its password is hashed, so a burst of concurrent attempts cannot pass
+//!   the limit; after [`MAX_FAILURES`] failures the pair waits, twice as long after each further
+//!   failure (1 s up to [`LOCKOUT`]). A stranger's failures from elsewhere never lock the admin
+//!   out. At most [`MAX_HASHES`] password hashes run at once (each takes ~19 MiB): past that a
+//!   login is answered 503 at once. Refused logins are counted in `/metrics`.
 //!
 //! With `--no-auth` (loopback addresses only) every request acts as an admin.
 
@@ -26,7 +30,54 @@ pub const COOKIE: &str = "sonde_session";
 /// A session ends after this long without a request.
 pub const IDLE: Duration = Duration::from_secs(12 * 3600);
 pub const MAX_FAILURES: u32 = 5;
-pub const LOCKOUT: Duration = Duration::from_secs(30);
+/// The longest wait between attempts of a client and user that keeps failing.
+pub const LOCKOUT: Duration = Duration::from_secs(60);
+/// Password hashes running at once, at most (argon2's default takes ~19 MiB each).
+pub const MAX_HASHES: usize = 4;
+
+/// Logins refused before any hash (throttled, or too many hashes running) and logins that
+/// failed, since the start, for `/metrics`.
+pub static LOGINS_THROTTLED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static LOGINS_BUSY: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static LOGINS_FAILED: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+pub static LOGINS_OK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+
+/// The client as the throttle counts it: an IPv4 address, or the /64 of an IPv6 address (one
+/// host usually has a whole /64).
+fn client_key(ip: IpAddr) -> IpAddr {
+    match ip {
+        IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
+            Some(v4) => IpAddr::V4(v4),
+            None => IpAddr::V6(std::net::Ipv6Addr::from(
+                u128::from(v6) & !((1u128 << 64) - 1),
+            )),
+        },
+        v4 => v4,
+    }
+}
+
+/// Failures and attempts in flight of one (client, user name).
+#[derive(Clone, Copy, Debug)]
+struct Attempts {
+    failures: u32,
+    in_flight: u32,
+    last_failure: Instant,
+}
+
+impl Attempts {
+    /// How long this pair must still wait before its next attempt (zero: go ahead).
+    fn wait(&self) -> Duration {
+        let counted = self.failures + self.in_flight;
+        if counted < MAX_FAILURES {
+            return Duration::ZERO;
+        }
+        // 1 s after the 5th failure, then 2, 4, ... up to LOCKOUT; attempts in flight count
+        // as failures until they are decided.
+        let step = (counted - MAX_FAILURES).min(16);
+        let backoff = Duration::from_secs(1u64 << step).min(LOCKOUT);
+        backoff.saturating_sub(self.last_failure.elapsed())
+    }
+}
 /// Sessions and failure records are bounded: the oldest go first.
 const MAX_SESSIONS: usize = 10_000;
 const MAX_FAILURE_RECORDS: usize = 10_000;
@@ -53,7 +104,9 @@ pub struct Auth {
     /// None: `--no-auth`.
     users: Option<Mutex<Users>>,
     sessions: Mutex<HashMap<String, Session>>,
-    failures: Mutex<HashMap<IpAddr, (u32, Instant)>>,
+    failures: Mutex<HashMap<(IpAddr, String), Attempts>>,
+    /// Password hashes running now (bounded by [`MAX_HASHES`]).
+    hashing: std::sync::atomic::AtomicUsize,
     /// Cookies get `Secure` when the server speaks TLS.
     secure: bool,
 }
@@ -64,6 +117,7 @@ impl Auth {
             users: users.map(Mutex::new),
             sessions: Mutex::new(HashMap::new()),
             failures: Mutex::new(HashMap::new()),
+            hashing: std::sync::atomic::AtomicUsize::new(0),
             secure,
         })
     }
@@ -109,24 +163,47 @@ impl Auth {
         })
     }
 
-    /// Whether `ip` is locked out after too many failures, and for how long still.
-    fn locked(&self, ip: IpAddr) -> Option<Duration> {
-        let f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        let (n, at) = f.get(&ip)?;
-        (*n >= MAX_FAILURES && at.elapsed() < LOCKOUT).then(|| LOCKOUT - at.elapsed())
+    /// Counts an attempt of `user` from `ip` before its password is checked: Err(wait) when
+    /// the pair must wait first. A granted attempt must be ended with [`Auth::end_attempt`].
+    fn begin_attempt(&self, ip: IpAddr, user: &str) -> Result<(), Duration> {
+        let key = (client_key(ip), user.to_string());
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if f.len() >= MAX_FAILURE_RECORDS && !f.contains_key(&key) {
+            f.retain(|_, a| a.in_flight > 0 || a.last_failure.elapsed() < LOCKOUT);
+            if f.len() >= MAX_FAILURE_RECORDS {
+                // Full of live records: a new pair waits rather than growing the table.
+                return Err(Duration::from_secs(1));
+            }
+        }
+        let a = f.entry(key).or_insert(Attempts {
+            failures: 0,
+            in_flight: 0,
+            last_failure: Instant::now(),
+        });
+        // A quiet pair starts over.
+        if a.in_flight == 0 && a.last_failure.elapsed() >= LOCKOUT * 2 {
+            a.failures = 0;
+        }
+        let wait = a.wait();
+        if wait > Duration::ZERO {
+            return Err(wait);
+        }
+        a.in_flight += 1;
+        Ok(())
     }
 
-    fn failed(&self, ip: IpAddr) {
+    fn end_attempt(&self, ip: IpAddr, user: &str, ok: bool) {
+        let key = (client_key(ip), user.to_string());
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
-        if f.len() >= MAX_FAILURE_RECORDS {
-            f.retain(|_, (_, at)| at.elapsed() < LOCKOUT);
+        if ok {
+            f.remove(&key);
+            return;
         }
-        let e = f.entry(ip).or_insert((0, Instant::now()));
-        if e.1.elapsed() >= LOCKOUT {
-            *e = (0, Instant::now());
+        if let Some(a) = f.get_mut(&key) {
+            a.in_flight = a.in_flight.saturating_sub(1);
+            a.failures = a.failures.saturating_add(1);
+            a.last_failure = Instant::now();
         }
-        e.0 += 1;
-        e.1 = Instant::now();
     }
 
     fn new_session(&self, user: &str, role: Role) -> Result<String, String> {
@@ -302,20 +379,48 @@ pub async fn login(
     if !auth.enabled() {
         return Json(json!({ "user": null, "role": "admin", "auth": false })).into_response();
     }
-    if let Some(wait) = auth.locked(peer.ip()) {
-        return err(
-            StatusCode::TOO_MANY_REQUESTS,
-            &format!(
-                "too many failed logins from {}: wait {} s",
-                peer.ip(),
-                wait.as_secs() + 1
-            ),
-        );
-    }
+    use std::sync::atomic::Ordering::Relaxed;
     let (user, password) = match (field(&body, "user"), field(&body, "password")) {
         (Ok(u), Ok(p)) => (u.to_string(), p.to_string()),
         (Err(r), _) | (_, Err(r)) => return r.into_response(),
     };
+    // Counted before the slow hash: a burst cannot get more attempts than the limit.
+    if let Err(wait) = auth.begin_attempt(peer.ip(), &user) {
+        LOGINS_THROTTLED.fetch_add(1, Relaxed);
+        let mut r = err(
+            StatusCode::TOO_MANY_REQUESTS,
+            &format!(
+                "too many failed logins for this user from {}: wait {} s",
+                peer.ip(),
+                wait.as_secs() + 1
+            ),
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from(wait.as_secs() + 1));
+        return r;
+    }
+    // Decided as a failure unless it succeeds, also when the client goes away mid-hash.
+    let mut attempt = AttemptGuard {
+        auth: &auth,
+        ip: peer.ip(),
+        user: &user,
+        outcome: Outcome::Failed,
+    };
+    // A bounded number of hashes at once: memory stays bounded whatever the burst.
+    let slot = HashSlot(&auth.hashing);
+    if auth.hashing.fetch_add(1, Relaxed) >= MAX_HASHES {
+        // Not the client's failure: its attempt is given back.
+        attempt.outcome = Outcome::NotTried;
+        drop(slot);
+        LOGINS_BUSY.fetch_add(1, Relaxed);
+        let mut r = err(
+            StatusCode::SERVICE_UNAVAILABLE,
+            "too many logins at once: try again in a second",
+        );
+        r.headers_mut()
+            .insert(header::RETRY_AFTER, HeaderValue::from_static("1"));
+        return r;
+    }
     let entry = auth.users().and_then(|u| u.user(&user).cloned());
     // The hash is checked even for an unknown user, so timing does not tell which names exist.
     let hash = entry
@@ -324,10 +429,17 @@ pub async fn login(
     let ok = tokio::task::spawn_blocking(move || users::verify_password(&hash, &password))
         .await
         .unwrap_or(false);
+    drop(slot);
+    let ok = ok && entry.is_some();
+    if ok {
+        attempt.outcome = Outcome::Ok;
+    }
+    drop(attempt);
     let Some(entry) = entry.filter(|_| ok) else {
-        auth.failed(peer.ip());
+        LOGINS_FAILED.fetch_add(1, Relaxed);
         return err(StatusCode::UNAUTHORIZED, "wrong user name or password");
     };
+    LOGINS_OK.fetch_add(1, Relaxed);
     let id = match auth.new_session(&entry.name, entry.role) {
         Ok(id) => id,
         Err(e) => return err(StatusCode::INTERNAL_SERVER_ERROR, &e),
@@ -337,6 +449,47 @@ pub async fn login(
     r.headers_mut()
         .insert(header::SET_COOKIE, auth.set_cookie(&id, None));
     r
+}
+
+/// One running password hash; the count goes down when it is dropped (also when the client
+/// goes away and the handler is cancelled).
+struct HashSlot<'a>(&'a std::sync::atomic::AtomicUsize);
+
+impl Drop for HashSlot<'_> {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, std::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+enum Outcome {
+    Ok,
+    Failed,
+    /// Refused before hashing for a reason that is not the client's (the server was busy).
+    NotTried,
+}
+
+/// A counted login attempt, decided when dropped.
+struct AttemptGuard<'a> {
+    auth: &'a Auth,
+    ip: IpAddr,
+    user: &'a str,
+    outcome: Outcome,
+}
+
+impl Drop for AttemptGuard<'_> {
+    fn drop(&mut self) {
+        match self.outcome {
+            Outcome::Ok => self.auth.end_attempt(self.ip, self.user, true),
+            Outcome::Failed => self.auth.end_attempt(self.ip, self.user, false),
+            Outcome::NotTried => {
+                let key = (client_key(self.ip), self.user.to_string());
+                let mut f = self.auth.failures.lock().unwrap_or_else(|e| e.into_inner());
+                if let Some(a) = f.get_mut(&key) {
+                    a.in_flight = a.in_flight.saturating_sub(1);
+                }
+            }
+        }
+    }
 }
 
 /// `POST /api/v1/logout`: ends the session (if any) and clears the cookie.
@@ -541,15 +694,54 @@ mod tests {
     }
 
     #[test]
-    fn failures_lock_an_address_out() {
+    fn attempts_are_counted_before_they_are_decided() {
         let auth = Auth::new(None, false);
         let ip: IpAddr = "10.0.0.1".parse().unwrap();
-        for _ in 0..MAX_FAILURES - 1 {
-            auth.failed(ip);
+        // A burst: only MAX_FAILURES attempts in flight at once for one client and user.
+        for _ in 0..MAX_FAILURES {
+            assert!(auth.begin_attempt(ip, "admin").is_ok());
         }
-        assert!(auth.locked(ip).is_none());
-        auth.failed(ip);
-        assert!(auth.locked(ip).is_some());
-        assert!(auth.locked("10.0.0.2".parse().unwrap()).is_none());
+        assert!(auth.begin_attempt(ip, "admin").is_err());
+        // Another user from there, and the same user from elsewhere, are not held up.
+        assert!(auth.begin_attempt(ip, "bob").is_ok());
+        assert!(auth
+            .begin_attempt("10.0.0.2".parse().unwrap(), "admin")
+            .is_ok());
+        for _ in 0..MAX_FAILURES {
+            auth.end_attempt(ip, "admin", false);
+        }
+        let wait = auth.begin_attempt(ip, "admin").unwrap_err();
+        assert!(
+            wait > Duration::ZERO && wait <= Duration::from_secs(1),
+            "{wait:?}"
+        );
+    }
+
+    #[test]
+    fn ipv6_clients_are_counted_per_64() {
+        let a: IpAddr = "2001:db8:1:2:aaaa::1".parse().unwrap();
+        let b: IpAddr = "2001:db8:1:2:bbbb::9".parse().unwrap();
+        let c: IpAddr = "2001:db8:1:3::1".parse().unwrap();
+        assert_eq!(client_key(a), client_key(b));
+        assert_ne!(client_key(a), client_key(c));
+        let mapped: IpAddr = "::ffff:10.0.0.1".parse().unwrap();
+        assert_eq!(client_key(mapped), "10.0.0.1".parse::<IpAddr>().unwrap());
+    }
+
+    #[test]
+    fn backoff_doubles_up_to_the_lockout() {
+        let at = Instant::now();
+        let w = |failures| {
+            Attempts {
+                failures,
+                in_flight: 0,
+                last_failure: at,
+            }
+            .wait()
+        };
+        assert_eq!(w(MAX_FAILURES - 1), Duration::ZERO);
+        assert!(w(MAX_FAILURES) <= Duration::from_secs(1));
+        assert!(w(MAX_FAILURES + 2) > Duration::from_secs(3));
+        assert!(w(MAX_FAILURES + 30) <= LOCKOUT);
     }
 }

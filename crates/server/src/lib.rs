@@ -1050,6 +1050,22 @@ async fn metrics(State(s): Shared) -> Response {
         analytics::metrics(&mut out, a);
     }
     alerts::metrics(&mut out, &s);
+    {
+        use std::sync::atomic::Ordering::Relaxed;
+        let _ = writeln!(
+            out,
+            "# HELP sonde_logins_total Login attempts by outcome: ok, failed (wrong user or password), throttled (refused before any check: too many failures of that client and user), busy (refused: too many password checks at once).\n\
+             # TYPE sonde_logins_total counter\n\
+             sonde_logins_total{{outcome=\"ok\"}} {}\n\
+             sonde_logins_total{{outcome=\"failed\"}} {}\n\
+             sonde_logins_total{{outcome=\"throttled\"}} {}\n\
+             sonde_logins_total{{outcome=\"busy\"}} {}",
+            auth::LOGINS_OK.load(Relaxed),
+            auth::LOGINS_FAILED.load(Relaxed),
+            auth::LOGINS_THROTTLED.load(Relaxed),
+            auth::LOGINS_BUSY.load(Relaxed),
+        );
+    }
     if let Some(t) = s.view.trigger() {
         t.metrics(&mut out);
     }
