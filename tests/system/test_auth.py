@@ -321,3 +321,24 @@ def test_https_serves_tls_and_marks_cookies_secure(sonde_bin, sonde, need_corpus
     p = sonde("-r", need_corpus / "http_connect.pcap", "--http", f"127.0.0.1:{free_port()}",
               "--users", users, "--https-cert", users, "--https-key", key)
     assert p.returncode != 0 and "--https-cert" in p.stderr, p.stderr
+
+
+def test_no_auth_answers_only_loopback_host_names(sonde_bin, need_corpus, workdir):
+    """DNS rebinding: a page on evil.example whose name now points at 127.0.0.1 sends
+    `Host: evil.example`; without logins that must get nothing."""
+    proc, port = _start(sonde_bin, need_corpus, ["--no-auth"])
+    try:
+        _wait_up(proc, port)
+        c = Client(port)
+        for host, want in ((f"evil.example:{port}", 403), ("evil.example", 403),
+                           (f"127.0.0.1.nip.io:{port}", 403), (f"localhost:{port}", 200),
+                           (f"127.0.0.1:{port}", 200), (f"[::1]:{port}", 200)):
+            status, body = c.request("GET", "/api/v1/hosts", headers={"Host": host})
+            assert status == want, (host, status, body)
+            if want == 403:
+                assert "--no-auth" in body["error"] and "loopback" in body["error"]
+        # The console's page itself is refused too (its script would read the API).
+        status, _ = c.request("GET", "/", headers={"Host": "evil.example"})
+        assert status == 403
+    finally:
+        _stop(proc)

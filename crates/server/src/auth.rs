@@ -314,8 +314,42 @@ fn same_origin(headers: &HeaderMap) -> bool {
         .is_some_and(|(_, rest)| rest == host)
 }
 
+/// Whether a `Host` header names this machine's loopback: `localhost`, `127.x.x.x`, `[::1]`,
+/// with or without a port. Without logins (`--no-auth`, loopback only) any other name is a web
+/// page's domain re-pointed at 127.0.0.1 (DNS rebinding), reading the API through a browser.
+fn loopback_host(headers: &HeaderMap) -> bool {
+    let Some(h) = headers.get(header::HOST).and_then(|v| v.to_str().ok()) else {
+        return true; // HTTP/1.0 without Host: not a browser's request
+    };
+    let h = h.trim();
+    let name = if let Some(rest) = h.strip_prefix('[') {
+        rest.split(']').next().unwrap_or("")
+    } else {
+        h.rsplit_once(':').map_or(h, |(n, port)| {
+            if port.chars().all(|c| c.is_ascii_digit()) {
+                n
+            } else {
+                h
+            }
+        })
+    };
+    let name = name.trim_end_matches('.').to_ascii_lowercase();
+    name == "localhost"
+        || name.ends_with(".localhost")
+        || name
+            .parse::<IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 /// The middleware in front of every route.
 pub async fn layer(State(auth): State<Arc<Auth>>, mut req: Request, next: Next) -> Response {
+    if !auth.enabled() && !loopback_host(req.headers()) {
+        return err(
+            StatusCode::FORBIDDEN,
+            "this Host is refused: without logins (--no-auth) sonde answers only to loopback names \
+             (localhost, 127.0.0.1, [::1]); a page whose domain points at 127.0.0.1 must not read it",
+        );
+    }
     let path = req.uri().path().to_string();
     let identity = auth.identify(req.headers());
     if let Some(need) = needs(&path) {
@@ -691,6 +725,22 @@ mod tests {
         assert!(same_origin(&h));
         h.insert(header::ORIGIN, "https://evil.example".parse().unwrap());
         assert!(!same_origin(&h));
+    }
+
+    #[test]
+    fn only_loopback_hosts_without_logins() {
+        let ok = |h: &str| {
+            let mut m = HeaderMap::new();
+            m.insert(header::HOST, h.parse().unwrap());
+            loopback_host(&m)
+        };
+        for h in ["localhost", "localhost:3000", "127.0.0.1:3000", "127.1.2.3", "[::1]:3000", "[::1]", "LOCALHOST.", "app.localhost:80"] {
+            assert!(ok(h), "{h}");
+        }
+        for h in ["evil.example", "evil.example:3000", "10.0.0.1:3000", "127.0.0.1.evil.example", "[2001:db8::1]:80", "localhost.evil.example"] {
+            assert!(!ok(h), "{h}");
+        }
+        assert!(loopback_host(&HeaderMap::new()));
     }
 
     #[test]
