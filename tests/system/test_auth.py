@@ -43,6 +43,7 @@ class Client:
         c.request(method, path, body=data, headers=h)
         r = c.getresponse()
         text = r.read().decode()
+        self.last_headers = r.msg
         sc = r.getheader("Set-Cookie")
         if sc:
             self.last_set_cookie = sc
@@ -156,6 +157,9 @@ def test_login_sessions_roles_tokens_and_logout(sonde_bin, need_corpus, workdir)
         assert status == 200 and me["role"] == "viewer"
         sc = viewer.last_set_cookie
         assert "HttpOnly" in sc and "SameSite=Strict" in sc and "Secure" not in sc, sc
+        # No cache keeps a login's answer; no HSTS on plain HTTP.
+        assert viewer.last_headers["Cache-Control"] == "no-store"
+        assert viewer.last_headers["Strict-Transport-Security"] is None
         assert viewer.request("GET", "/api/v1/hosts")[0] == 200
         assert viewer.request("GET", "/api/v1/admin/users")[0] == 403
         assert viewer.request("POST", "/api/v1/admin/users",
@@ -178,8 +182,12 @@ def test_login_sessions_roles_tokens_and_logout(sonde_bin, need_corpus, workdir)
         assert admin.request("DELETE", "/api/v1/admin/users/bob")[0] == 204
         assert bob.request("GET", "/api/v1/hosts")[0] == 401
         assert "bob" not in users.read_text()
-        # The last admin stays.
+        # The last admin stays: neither deleted nor demoted (issue 19, item 6).
         assert admin.request("DELETE", "/api/v1/admin/users/root")[0] == 409
+        status, body = admin.request("POST", "/api/v1/admin/users",
+                                     {"name": "root", "role": "viewer", "password": "r" * 12})
+        assert status == 409 and "last admin" in body["error"], (status, body)
+        assert "user root admin" in users.read_text()
         # A cookie-carried change from another origin is refused.
         status, _ = admin.request("POST", "/api/v1/admin/users",
                                   {"name": "mallory", "role": "admin", "password": "m" * 12},
@@ -309,6 +317,7 @@ def test_https_serves_tls_and_marks_cookies_secure(sonde_bin, sonde, need_corpus
         c = Client(port, tls_ca=str(cert))
         assert c.login("root", "admin password 1")[0] == 200
         assert "Secure" in c.last_set_cookie and "HttpOnly" in c.last_set_cookie
+        assert c.last_headers["Strict-Transport-Security"] == "max-age=31536000"
         status, hosts = c.request("GET", "/api/v1/hosts?limit=5")
         assert status == 200 and hosts["total"] > 0
         # Plain HTTP on the TLS port gets no answer, and the server keeps serving TLS after it.

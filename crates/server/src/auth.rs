@@ -126,6 +126,11 @@ impl Auth {
         self.users.is_some()
     }
 
+    /// Whether the server speaks TLS.
+    pub fn secure(&self) -> bool {
+        self.secure
+    }
+
     fn users(&self) -> Option<std::sync::MutexGuard<'_, Users>> {
         self.users
             .as_ref()
@@ -608,6 +613,19 @@ pub async fn add_user(State(auth): State<Arc<Auth>>, Json(body): Json<Value>) ->
     let name2 = name.clone();
     let done = tokio::task::spawn_blocking(move || {
         edit_users(&auth2, |u| {
+            // Demoting the last admin would leave nobody to manage users (as deleting it).
+            let admins = u
+                .entries
+                .iter()
+                .filter(|e| e.kind == Kind::User && e.role == Role::Admin)
+                .count();
+            let is_admin = u.user(&name2).is_some_and(|e| e.role == Role::Admin);
+            if is_admin && role != Role::Admin && admins == 1 {
+                return Err(Refusal(
+                    StatusCode::CONFLICT,
+                    "this is the last admin: add another admin before making it a viewer".into(),
+                ));
+            }
             u.set_user(&name2, role, &password)
                 .map_err(|e| Refusal(StatusCode::BAD_REQUEST, e))
         })

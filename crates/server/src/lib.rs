@@ -274,8 +274,9 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
         .fallback(console::serve)
         .with_state(state)
         .merge(accounts)
-        .layer(middleware::from_fn_with_state(auth, auth::layer))
+        .layer(middleware::from_fn_with_state(auth.clone(), auth::layer))
         .layer(middleware::map_response(safety_headers))
+        .layer(middleware::map_response_with_state(auth, tls_headers))
 }
 
 /// Headers every answer carries: no MIME sniffing, no framing, no referrer leaks.
@@ -290,6 +291,26 @@ async fn safety_headers(mut r: Response) -> Response {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
+    // API answers (sessions, new tokens, traffic data) are never kept by a cache; the
+    // console's files keep their own caching headers.
+    if h
+        .get(header::CONTENT_TYPE)
+        .is_some_and(|v| v.as_bytes().starts_with(b"application/json"))
+        && !h.contains_key(header::CACHE_CONTROL)
+    {
+        h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
+    }
+    r
+}
+
+/// Under TLS, browsers are told to keep to HTTPS (HSTS, a year).
+async fn tls_headers(State(auth): State<Arc<auth::Auth>>, mut r: Response) -> Response {
+    if auth.secure() {
+        r.headers_mut().insert(
+            header::STRICT_TRANSPORT_SECURITY,
+            HeaderValue::from_static("max-age=31536000"),
+        );
+    }
     r
 }
 
