@@ -97,7 +97,11 @@ struct Session {
     user: String,
     role: Role,
     last_used: Instant,
+    created: Instant,
 }
+
+/// A session ends this long after its login, used or not: a stolen cookie does not last.
+pub const MAX_SESSION_AGE: Duration = Duration::from_secs(7 * 86_400);
 
 /// The server's auth state.
 pub struct Auth {
@@ -156,7 +160,7 @@ impl Auth {
         let id = cookie(headers, COOKIE)?;
         let mut sessions = self.sessions.lock().unwrap_or_else(|e| e.into_inner());
         let s = sessions.get_mut(id)?;
-        if s.last_used.elapsed() > IDLE {
+        if s.last_used.elapsed() > IDLE || s.created.elapsed() > MAX_SESSION_AGE {
             sessions.remove(id);
             return None;
         }
@@ -232,6 +236,7 @@ impl Auth {
                 user: user.to_string(),
                 role,
                 last_used: Instant::now(),
+                created: Instant::now(),
             },
         );
         Ok(id)
@@ -341,9 +346,7 @@ fn loopback_host(headers: &HeaderMap) -> bool {
     let name = name.trim_end_matches('.').to_ascii_lowercase();
     name == "localhost"
         || name.ends_with(".localhost")
-        || name
-            .parse::<IpAddr>()
-            .is_ok_and(|ip| ip.is_loopback())
+        || name.parse::<IpAddr>().is_ok_and(|ip| ip.is_loopback())
 }
 
 /// The middleware in front of every route.
@@ -746,16 +749,52 @@ mod tests {
     }
 
     #[test]
+    fn sessions_end_after_their_absolute_lifetime() {
+        let users = Users {
+            path: std::path::PathBuf::from("/nonexistent/users"),
+            entries: Vec::new(),
+        };
+        let auth = Auth::new(Some(users), false);
+        let id = auth.new_session("root", Role::Admin).unwrap();
+        let mut h = HeaderMap::new();
+        h.insert(header::COOKIE, format!("{COOKIE}={id}").parse().unwrap());
+        assert!(auth.identify(&h).is_some());
+        if let Some(old) = Instant::now().checked_sub(MAX_SESSION_AGE + Duration::from_secs(1)) {
+            auth.sessions.lock().unwrap().get_mut(&id).unwrap().created = old;
+            assert!(
+                auth.identify(&h).is_none(),
+                "a week-old session is over, used or not"
+            );
+        }
+    }
+
+    #[test]
     fn only_loopback_hosts_without_logins() {
         let ok = |h: &str| {
             let mut m = HeaderMap::new();
             m.insert(header::HOST, h.parse().unwrap());
             loopback_host(&m)
         };
-        for h in ["localhost", "localhost:3000", "127.0.0.1:3000", "127.1.2.3", "[::1]:3000", "[::1]", "LOCALHOST.", "app.localhost:80"] {
+        for h in [
+            "localhost",
+            "localhost:3000",
+            "127.0.0.1:3000",
+            "127.1.2.3",
+            "[::1]:3000",
+            "[::1]",
+            "LOCALHOST.",
+            "app.localhost:80",
+        ] {
             assert!(ok(h), "{h}");
         }
-        for h in ["evil.example", "evil.example:3000", "10.0.0.1:3000", "127.0.0.1.evil.example", "[2001:db8::1]:80", "localhost.evil.example"] {
+        for h in [
+            "evil.example",
+            "evil.example:3000",
+            "10.0.0.1:3000",
+            "127.0.0.1.evil.example",
+            "[2001:db8::1]:80",
+            "localhost.evil.example",
+        ] {
             assert!(!ok(h), "{h}");
         }
         assert!(loopback_host(&HeaderMap::new()));

@@ -293,8 +293,7 @@ async fn safety_headers(mut r: Response) -> Response {
     );
     // API answers (sessions, new tokens, traffic data) are never kept by a cache; the
     // console's files keep their own caching headers.
-    if h
-        .get(header::CONTENT_TYPE)
+    if h.get(header::CONTENT_TYPE)
         .is_some_and(|v| v.as_bytes().starts_with(b"application/json"))
         && !h.contains_key(header::CACHE_CONTROL)
     {
