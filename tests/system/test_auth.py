@@ -351,3 +351,57 @@ def test_no_auth_answers_only_loopback_host_names(sonde_bin, need_corpus, workdi
         assert status == 403
     finally:
         _stop(proc)
+
+
+def test_idle_and_silent_connections_do_not_hold_up_requests(sonde_bin, need_corpus, workdir):
+    """300 connections from one address that never send a byte (plain HTTP) or never start a
+    TLS handshake (HTTPS): a request from another address is answered within a second, and the
+    refused handshakes are counted (issue 19, item 2)."""
+    cert, key = workdir / "cert.pem", workdir / "key.pem"
+    gen = subprocess.run(["openssl", "req", "-x509", "-newkey", "ec", "-pkeyopt",
+                          "ec_paramgen_curve:prime256v1", "-nodes", "-days", "1", "-subj",
+                          "/CN=127.0.0.1", "-addext", "subjectAltName=IP:127.0.0.1",
+                          "-keyout", str(key), "-out", str(cert)], capture_output=True, text=True)
+    assert gen.returncode == 0, gen.stderr
+    import socket
+    for tls in (False, True):
+        args = ["--no-auth"] if not tls else ["--https-cert", str(cert), "--https-key", str(key)]
+        users = None
+        if tls:
+            users = workdir / "users"
+            _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+        proc, port = _start(sonde_bin, need_corpus, args, users)
+        socks = []
+        try:
+            _wait_up(proc, port, tls_ca=str(cert) if tls else None)
+            for _ in range(300):
+                socks.append(socket.create_connection(("127.0.0.1", port), timeout=5))
+            time.sleep(0.5)
+            t = time.time()
+            if tls:
+                ctx = ssl.create_default_context(cafile=str(cert))
+                c = http.client.HTTPSConnection("127.0.0.1", port, timeout=20, context=ctx,
+                                                source_address=("127.0.0.2", 0))
+            else:
+                c = http.client.HTTPConnection("127.0.0.1", port, timeout=20,
+                                               source_address=("127.0.0.2", 0))
+            c.request("GET", "/api/v1/health")
+            r = c.getresponse()
+            r.read()
+            took = time.time() - t
+            assert r.status == 200 and took < 1.0, (tls, r.status, took)
+            if tls:
+                # Once the silent sockets go, their address is served again.
+                for sock in socks:
+                    sock.close()
+                socks = []
+                time.sleep(0.5)
+                root = Client(port, tls_ca=str(cert))
+                assert root.login("root", "admin password 1")[0] == 200
+                status, text = root.request("GET", "/metrics")
+                m = re.search(r"^sonde_https_refused_handshakes_total (\d+)$", text, re.M)
+                assert m and int(m.group(1)) >= 300 - 16, text[-500:]
+        finally:
+            for s in socks:
+                s.close()
+            _stop(proc)

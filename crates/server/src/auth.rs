@@ -44,7 +44,7 @@ pub static LOGINS_OK: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU6
 
 /// The client as the throttle counts it: an IPv4 address, or the /64 of an IPv6 address (one
 /// host usually has a whole /64).
-fn client_key(ip: IpAddr) -> IpAddr {
+pub(crate) fn client_key(ip: IpAddr) -> IpAddr {
     match ip {
         IpAddr::V6(v6) => match v6.to_ipv4_mapped() {
             Some(v4) => IpAddr::V4(v4),

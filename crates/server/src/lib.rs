@@ -1085,6 +1085,13 @@ async fn metrics(State(s): Shared) -> Response {
             auth::LOGINS_THROTTLED.load(Relaxed),
             auth::LOGINS_BUSY.load(Relaxed),
         );
+        let _ = writeln!(
+            out,
+            "# HELP sonde_https_refused_handshakes_total HTTPS connections closed before their handshake: a client over its share of handshakes in progress, or every slot taken.\n\
+             # TYPE sonde_https_refused_handshakes_total counter\n\
+             sonde_https_refused_handshakes_total {}",
+            tls::REFUSED_HANDSHAKES.load(Relaxed)
+        );
     }
     if let Some(t) = s.view.trigger() {
         t.metrics(&mut out);

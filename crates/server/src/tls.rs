@@ -1,6 +1,7 @@
 //! TLS for `--https-cert FILE --https-key FILE`: a listener that hands axum decrypted streams.
 
-use std::net::SocketAddr;
+use std::collections::HashMap;
+use std::net::{IpAddr, SocketAddr};
 use std::path::Path;
 use std::sync::Arc;
 use std::time::Duration;
@@ -10,7 +11,15 @@ use tokio_rustls::rustls::pki_types::{CertificateDer, PrivateKeyDer};
 use tokio_rustls::TlsAcceptor;
 
 /// A slow client must not hold the accept loop: handshakes that take longer are dropped.
-const HANDSHAKE: Duration = Duration::from_secs(10);
+const HANDSHAKE: Duration = Duration::from_secs(5);
+/// Handshakes one client (an IPv4 address, an IPv6 /64) may have in progress: past that its
+/// new connections are closed at once, so silent sockets from one place cannot fill the
+/// handshake slots everyone else needs.
+const HANDSHAKES_PER_CLIENT: usize = 16;
+
+/// Connections closed before their handshake (a client over its share, or every slot taken),
+/// for `/metrics`.
+pub static REFUSED_HANDSHAKES: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
 
 /// Loads a PEM certificate chain and private key into a TLS configuration.
 pub fn config(cert: &Path, key: &Path) -> Result<Arc<rustls::ServerConfig>, String> {
@@ -54,8 +63,8 @@ pub struct TlsListener {
 
 type Stream = tokio_rustls::server::TlsStream<tokio::net::TcpStream>;
 
-/// Handshakes in progress at once; more wait in the kernel's accept queue.
-const MAX_HANDSHAKES: usize = 256;
+/// Handshakes in progress at once, from all clients.
+const MAX_HANDSHAKES: usize = 1024;
 
 impl TlsListener {
     /// Must be called inside the server's runtime (it spawns the accept loop).
@@ -63,11 +72,9 @@ impl TlsListener {
         let addr = tcp.local_addr()?;
         let (tx, ready) = tokio::sync::mpsc::channel(64);
         let slots = Arc::new(tokio::sync::Semaphore::new(MAX_HANDSHAKES));
+        let per_client: Arc<std::sync::Mutex<HashMap<IpAddr, usize>>> = Default::default();
         tokio::spawn(async move {
             loop {
-                let Ok(permit) = slots.clone().acquire_owned().await else {
-                    return;
-                };
                 let (tcp, peer) = match tcp.accept().await {
                     Ok(c) => c,
                     // Out of file descriptors and the like: wait a little, as axum's loop does.
@@ -76,13 +83,46 @@ impl TlsListener {
                         continue;
                     }
                 };
+                let key = crate::auth::client_key(peer.ip());
+                let refuse = || {
+                    REFUSED_HANDSHAKES.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+                };
+                {
+                    let mut m = per_client.lock().unwrap_or_else(|e| e.into_inner());
+                    let n = m.entry(key).or_insert(0);
+                    if *n >= HANDSHAKES_PER_CLIENT {
+                        refuse();
+                        continue; // `tcp` is dropped: closed
+                    }
+                    *n += 1;
+                }
+                let release = {
+                    let per_client = per_client.clone();
+                    move || {
+                        let mut m = per_client.lock().unwrap_or_else(|e| e.into_inner());
+                        if let Some(n) = m.get_mut(&key) {
+                            *n -= 1;
+                            if *n == 0 {
+                                m.remove(&key);
+                            }
+                        }
+                    }
+                };
+                // Every slot taken (many clients at once): close rather than queue behind them.
+                let Ok(permit) = slots.clone().try_acquire_owned() else {
+                    release();
+                    refuse();
+                    continue;
+                };
                 let (acceptor, ready) = (acceptor.clone(), tx.clone());
                 tokio::spawn(async move {
                     // A failed handshake (plain HTTP, a scanner) is that client's problem only.
-                    if let Ok(Ok(s)) = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await {
+                    let done = tokio::time::timeout(HANDSHAKE, acceptor.accept(tcp)).await;
+                    release();
+                    drop(permit);
+                    if let Ok(Ok(s)) = done {
                         let _ = ready.send((s, peer)).await;
                     }
-                    drop(permit);
                 });
                 if tx.is_closed() {
                     return;

@@ -109,6 +109,9 @@ fn run(cli: Cli) -> Result<ExitCode> {
     } = prepare(&cli)?;
     let deadline = cfg.duration.map(|d| Instant::now() + d);
     cfg.linger = cli.http.is_some();
+    if cli.http.is_some() {
+        raise_open_files();
+    }
     // Bound before anything starts: an exposed address or a busy port is reported at once.
     let bound = cli
         .http
@@ -278,4 +281,20 @@ fn open_text_output(path: &std::path::Path) -> Result<Box<dyn Write>> {
     let f = std::fs::File::create(path)
         .with_context(|| format!("cannot create '{}'", path.display()))?;
     Ok(Box::new(std::io::BufWriter::new(f)))
+}
+
+/// Raises the soft limit of open files to the hard one: the web server holds a descriptor per
+/// connection, and the common soft limit of 1024 is within reach of a few idle clients.
+fn raise_open_files() {
+    let mut lim = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: getrlimit/setrlimit fill and read a valid rlimit struct we own.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut lim) == 0 && lim.rlim_cur < lim.rlim_max {
+            lim.rlim_cur = lim.rlim_max.min(1 << 20);
+            let _ = libc::setrlimit(libc::RLIMIT_NOFILE, &lim);
+        }
+    }
 }
