@@ -370,6 +370,8 @@ def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
                            ("/api/v1/history/flows?from=yesterday", "from="),
                            ("/api/v1/history/flows?host=example.com", "host="),
                            ("/api/v1/history/flows?limit=0", "limit="),
+                           ("/api/v1/history/flows?offset=18446744073709551615", "offset="),
+                           ("/api/v1/history/top/hosts?offset=18446744073709551615", "offset="),
                            ("/api/v1/history/top/hosts?sort=size", "sort="),
                            ("/api/v1/history/top/ports", "top/ports")]:
             status, err = get(path)

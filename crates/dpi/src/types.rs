@@ -12,14 +12,33 @@ use crate::meta::Meta;
 /// Longest string kept from the wire (names, URLs, banners); longer ones are cut.
 pub const MAX_STR: usize = 256;
 
-/// Cuts `s` to [`MAX_STR`] bytes (on a char boundary) and replaces control characters, so what
-/// came off the wire is safe to keep and to print as text.
+/// Cuts `s` to [`MAX_STR`] bytes (on a char boundary) and replaces control characters and the
+/// invisible formatting ones, so what came off the wire is safe to keep and to print as text:
+/// a bidirectional override (U+202E) would show `RLO-gnp.exe` as `exe.png-OLR`.
 pub fn wire_string(bytes: &[u8]) -> String {
     let cut = &bytes[..bytes.len().min(MAX_STR)];
     let s = String::from_utf8_lossy(cut);
     s.chars()
-        .map(|c| if c.is_control() { '\u{FFFD}' } else { c })
+        .map(|c| {
+            if c.is_control() || is_invisible_format(c) {
+                '\u{FFFD}'
+            } else {
+                c
+            }
+        })
         .collect()
+}
+
+/// Bidirectional controls, zero-width characters and the BOM: invisible, and able to make a
+/// string read as another.
+pub fn is_invisible_format(c: char) -> bool {
+    matches!(c,
+        '\u{200B}'..='\u{200F}'   // zero-width space/joiners, LRM, RLM
+        | '\u{202A}'..='\u{202E}' // embeddings and overrides
+        | '\u{2060}'..='\u{2064}' // word joiner, invisible operators
+        | '\u{2066}'..='\u{2069}' // isolates
+        | '\u{061C}'              // Arabic letter mark
+        | '\u{FEFF}') // BOM, zero-width no-break space
 }
 
 /// Transport protocol of a packet handed to the detectors.
@@ -196,4 +215,21 @@ pub struct RtpFirst {
     pub ssrc_low: u16,
     /// Its RTP sequence number (0 for RTCP).
     pub seq: u16,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn wire_strings_lose_controls_and_invisible_formatting() {
+        let rlo = "RLO-\u{202E}gnp.exe".as_bytes();
+        assert_eq!(wire_string(rlo), "RLO-\u{FFFD}gnp.exe");
+        assert_eq!(
+            wire_string("a\u{200B}b\u{2066}c\u{FEFF}".as_bytes()),
+            "a\u{FFFD}b\u{FFFD}c\u{FFFD}"
+        );
+        assert_eq!(wire_string(b"ok.example\x07"), "ok.example\u{FFFD}");
+        assert_eq!(wire_string("bücher.de".as_bytes()), "bücher.de");
+    }
 }

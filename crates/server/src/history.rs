@@ -94,8 +94,18 @@ fn page_of(q: &HashMap<String, String>, default_limit: usize) -> Result<(usize, 
     if limit == 0 || limit > MAX_LIMIT {
         return Err(bad(format!("limit={limit}: use 1 to {MAX_LIMIT}")));
     }
-    Ok((num("offset", 0)?, limit))
+    // Pages past this are refused rather than scanned to (and `offset + limit` stays small).
+    let offset = num("offset", 0)?;
+    if offset > MAX_OFFSET {
+        return Err(bad(format!(
+            "offset={offset}: at most {MAX_OFFSET}; narrow the range or the filters instead"
+        )));
+    }
+    Ok((offset, limit))
 }
+
+/// The deepest page a history request may ask for.
+const MAX_OFFSET: usize = 10_000_000;
 
 async fn blocking<T: Send + 'static>(
     f: impl FnOnce() -> Result<T, String> + Send + 'static,

@@ -99,7 +99,37 @@ pub fn hash_password(password: &str) -> Result<String, String> {
 }
 
 /// Checks `password` against an argon2 PHC string; a malformed hash never matches.
+/// Argon2 costs a hash may ask for: a hand-edited file with `m=4000000000` would otherwise make
+/// the first login allocate terabytes and abort the process.
+const MAX_MEMORY_KIB: u64 = 256 * 1024;
+const MAX_TIME_COST: u64 = 16;
+const MAX_LANES: u64 = 16;
+
+/// Whether an argon2 hash's parameters are within the costs sonde accepts.
+pub fn hash_cost_ok(hash: &str) -> Result<(), String> {
+    let Ok(h) = PasswordHash::new(hash) else {
+        return Ok(()); // not a PHC string: reported as such elsewhere
+    };
+    for (key, max) in [
+        ("m", MAX_MEMORY_KIB),
+        ("t", MAX_TIME_COST),
+        ("p", MAX_LANES),
+    ] {
+        if let Some(v) = h.params.get_decimal(key) {
+            if u64::from(v) > max {
+                return Err(format!(
+                    "asks for argon2 {key}={v}, over the {max} sonde accepts"
+                ));
+            }
+        }
+    }
+    Ok(())
+}
+
 pub fn verify_password(hash: &str, password: &str) -> bool {
+    if hash_cost_ok(hash).is_err() {
+        return false;
+    }
     PasswordHash::new(hash).is_ok_and(|h| {
         Argon2::default()
             .verify_password(password.as_bytes(), &h)
@@ -170,6 +200,14 @@ impl Users {
             check_name(name).map_err(|e| format!("{}: {e}", at()))?;
             let role = Role::parse(role)
                 .ok_or_else(|| format!("{}: role {role:?}: use admin or viewer", at()))?;
+            if kind == Kind::User {
+                if let Err(e) = hash_cost_ok(hash) {
+                    return Err(format!(
+                        "{}: the hash of {name:?} {e}; reset it with 'sonde user add {name} --role {role}'",
+                        at()
+                    ));
+                }
+            }
             let valid = match kind {
                 Kind::User => PasswordHash::new(hash).is_ok(),
                 Kind::Token => hash
@@ -272,17 +310,28 @@ impl Users {
         if let Some(dir) = self.path.parent().filter(|d| !d.as_os_str().is_empty()) {
             std::fs::create_dir_all(dir).map_err(err)?;
         }
-        let tmp = self.path.with_extension("tmp");
+        // A fresh temporary name, created exclusively and never through a link: a file or a
+        // symlink someone left at a fixed name cannot take the write or its permissions.
+        let tmp = self.path.with_extension(format!("tmp.{}", random_hex(8)?));
         {
             let mut o = std::fs::OpenOptions::new();
-            o.write(true).create(true).truncate(true);
+            o.write(true).create_new(true);
             #[cfg(unix)]
-            std::os::unix::fs::OpenOptionsExt::mode(&mut o, 0o600);
+            {
+                use std::os::unix::fs::OpenOptionsExt;
+                o.mode(0o600).custom_flags(libc::O_NOFOLLOW);
+            }
             let mut f = o.open(&tmp).map_err(err)?;
-            f.write_all(text.as_bytes()).map_err(err)?;
-            f.sync_all().map_err(err)?;
+            let written = f.write_all(text.as_bytes()).and_then(|_| f.sync_all());
+            if let Err(e) = written {
+                let _ = std::fs::remove_file(&tmp);
+                return Err(err(e));
+            }
         }
-        std::fs::rename(&tmp, &self.path).map_err(err)
+        std::fs::rename(&tmp, &self.path).map_err(|e| {
+            let _ = std::fs::remove_file(&tmp);
+            err(e)
+        })
     }
 }
 
@@ -305,6 +354,50 @@ mod tests {
         let _ = std::fs::remove_dir_all(&d);
         std::fs::create_dir_all(&d).unwrap();
         d.join("users")
+    }
+
+    #[test]
+    fn extreme_argon2_costs_are_refused_not_computed() {
+        let path = tmp("cost");
+        let good = hash_password("correct horse").unwrap();
+        let huge = good.replacen("m=19456", "m=4000000000", 1);
+        assert_ne!(good, huge);
+        std::fs::write(&path, format!("user root admin {huge}\n")).unwrap();
+        let e = Users::load(&path).unwrap_err();
+        assert!(e.contains("line 1") && e.contains("m=4000000000"), "{e}");
+        assert!(
+            !verify_password(&huge, "correct horse"),
+            "refused without hashing"
+        );
+        assert!(verify_password(&good, "correct horse"));
+    }
+
+    #[test]
+    #[cfg(unix)]
+    fn saving_ignores_what_was_left_at_the_old_temporary_name() {
+        use std::os::unix::fs::PermissionsExt;
+        let path = tmp("tmpname");
+        let dir = path.parent().unwrap().to_path_buf();
+        // A world-readable file and a symlink at the names an older save used.
+        let old_tmp = path.with_extension("tmp");
+        std::fs::write(&old_tmp, "left over").unwrap();
+        std::fs::set_permissions(&old_tmp, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let target = dir.join("elsewhere");
+        std::os::unix::fs::symlink(&target, dir.join("users.tmp.link")).unwrap();
+        let mut u = Users::load(&path).unwrap();
+        u.set_user("alice", Role::Admin, "correct horse").unwrap();
+        u.save().unwrap();
+        let mode = std::fs::metadata(&path).unwrap().permissions().mode() & 0o777;
+        assert_eq!(mode, 0o600, "the users file is private");
+        assert!(!target.exists(), "no write through a link");
+        assert_eq!(std::fs::read_to_string(&old_tmp).unwrap(), "left over");
+        let left: Vec<_> = std::fs::read_dir(&dir)
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().to_string())
+            .filter(|n| n.starts_with("users.tmp.") && n != "users.tmp.link")
+            .collect();
+        assert!(left.is_empty(), "no temporary file left: {left:?}");
     }
 
     #[test]
