@@ -405,3 +405,43 @@ def test_idle_and_silent_connections_do_not_hold_up_requests(sonde_bin, need_cor
             for s in socks:
                 s.close()
             _stop(proc)
+
+
+def test_users_file_changes_take_effect_and_deleted_entries_stay_deleted(sonde_bin, need_corpus,
+                                                                         workdir):
+    """`sonde user del`/`del-token` on a running server: the user and the token are refused
+    at once (their session too), a user added with the CLI logs in without a restart, and a
+    later change made in the console does not write the deleted ones back (issue 19, item 3)."""
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "root", "admin", "admin password 1")
+    _add_user(sonde_bin, users, "bob", "viewer", "bob password 12")
+    tok = subprocess.run([str(sonde_bin), "user", "token", "grafana", "--role", "viewer",
+                          "--users", str(users)], capture_output=True, text=True, timeout=30)
+    token = tok.stdout.strip()
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    try:
+        _wait_up(proc, port)
+        bob, admin = Client(port), Client(port)
+        assert bob.login("bob", "bob password 12")[0] == 200
+        assert admin.login("root", "admin password 1")[0] == 200
+        bearer = {"Authorization": f"Bearer {token}"}
+        assert Client(port).request("GET", "/api/v1/hosts", headers=bearer)[0] == 200
+        for args in (["del", "bob"], ["del-token", "grafana"]):
+            p = subprocess.run([str(sonde_bin), "user", *args, "--users", str(users)],
+                               capture_output=True, text=True, timeout=30)
+            assert p.returncode == 0, p.stderr
+        _add_user(sonde_bin, users, "carol", "viewer", "carol password 1")
+        time.sleep(0.7)  # the server looks at the file at most twice a second
+        assert bob.request("GET", "/api/v1/hosts")[0] == 401, "bob's session ended"
+        assert Client(port).login("bob", "bob password 12")[0] == 401
+        assert Client(port).request("GET", "/api/v1/hosts", headers=bearer)[0] == 401
+        assert Client(port).login("carol", "carol password 1")[0] == 200
+        # A console change afterwards keeps the file as the CLI left it, plus the change.
+        status, _ = admin.request("POST", "/api/v1/admin/users",
+                                  {"name": "dave", "role": "viewer", "password": "d" * 12})
+        assert status == 201
+        text = users.read_text()
+        assert "user bob " not in text and "token grafana " not in text, text
+        assert "user carol " in text and "user dave " in text and "user root " in text, text
+    finally:
+        _stop(proc)

@@ -109,6 +109,8 @@ pub struct Auth {
     users: Option<Mutex<Users>>,
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<(IpAddr, String), Attempts>>,
+    /// The users file's stamp when last read, and when it was last checked.
+    seen: Mutex<(Option<(u64, std::time::SystemTime, u64)>, Instant)>,
     /// Password hashes running now (bounded by [`MAX_HASHES`]).
     hashing: std::sync::atomic::AtomicUsize,
     /// Cookies get `Secure` when the server speaks TLS.
@@ -117,9 +119,11 @@ pub struct Auth {
 
 impl Auth {
     pub fn new(users: Option<Users>, secure: bool) -> Arc<Auth> {
+        let stamp = users.as_ref().and_then(|u| users::stamp(&u.path));
         Arc::new(Auth {
             users: users.map(Mutex::new),
             sessions: Mutex::new(HashMap::new()),
+            seen: Mutex::new((stamp, Instant::now())),
             failures: Mutex::new(HashMap::new()),
             hashing: std::sync::atomic::AtomicUsize::new(0),
             secure,
@@ -135,10 +139,46 @@ impl Auth {
         self.secure
     }
 
+    /// The users, re-read when the file changed (checked at most twice a second): a user or
+    /// token deleted with `sonde user del` is refused at once, one added works at once.
     fn users(&self) -> Option<std::sync::MutexGuard<'_, Users>> {
-        self.users
-            .as_ref()
-            .map(|u| u.lock().unwrap_or_else(|e| e.into_inner()))
+        let m = self.users.as_ref()?;
+        let mut u = m.lock().unwrap_or_else(|e| e.into_inner());
+        let mut seen = self.seen.lock().unwrap_or_else(|e| e.into_inner());
+        if seen.1.elapsed() >= Duration::from_millis(500) {
+            seen.1 = Instant::now();
+            let now = users::stamp(&u.path);
+            if now != seen.0 {
+                seen.0 = now;
+                drop(seen);
+                self.reload(&mut u);
+            }
+        }
+        Some(u)
+    }
+
+    /// Reads the users file again; sessions of users gone or whose role changed end. A file
+    /// that no longer reads keeps the users as they were (and says so once).
+    fn reload(&self, u: &mut Users) {
+        match Users::load(&u.path) {
+            Ok(new) => {
+                let gone: Vec<String> = u
+                    .entries
+                    .iter()
+                    .filter(|e| e.kind == Kind::User)
+                    .filter(|e| {
+                        new.user(&e.name)
+                            .is_none_or(|n| n.role != e.role || n.hash != e.hash)
+                    })
+                    .map(|e| e.name.clone())
+                    .collect();
+                *u = new;
+                for name in gone {
+                    self.end_sessions_of(&name);
+                }
+            }
+            Err(e) => eprintln!("sonde: users file changed but does not read, kept as it was: {e}"),
+        }
     }
 
     fn identify(&self, headers: &HeaderMap) -> Option<Identity> {
@@ -564,10 +604,17 @@ fn edit_users<T>(
             "sonde runs with --no-auth: there are no users to manage".into(),
         ));
     };
+    // Under the file's lock and from the file as it is now: a change made with `sonde user`
+    // meanwhile is kept, and a deleted entry never comes back.
+    let _lock =
+        users::lock(&users.path).map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    auth.reload(&mut users);
     let out = change(&mut users)?;
     users
         .save()
         .map_err(|e| Refusal(StatusCode::INTERNAL_SERVER_ERROR, e))?;
+    *auth.seen.lock().unwrap_or_else(|e| e.into_inner()) =
+        (users::stamp(&users.path), Instant::now());
     Ok(out)
 }
 

@@ -99,6 +99,45 @@ pub fn hash_password(password: &str) -> Result<String, String> {
 }
 
 /// Checks `password` against an argon2 PHC string; a malformed hash never matches.
+/// What tells one version of the users file from another: its inode (every save renames a new
+/// file into place), modification time and length. None when there is no file.
+pub fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime, u64)> {
+    let m = std::fs::metadata(path).ok()?;
+    #[cfg(unix)]
+    let ino = std::os::unix::fs::MetadataExt::ino(&m);
+    #[cfg(not(unix))]
+    let ino = 0;
+    Some((ino, m.modified().ok()?, m.len()))
+}
+
+/// Holds an exclusive lock on `PATH.lock` while the users file is read, changed and saved, so
+/// the server and `sonde user` never write over each other's change. Released when dropped.
+pub fn lock(path: &Path) -> Result<std::fs::File, String> {
+    let lock = path.with_extension("lock");
+    if let Some(dir) = lock.parent().filter(|d| !d.as_os_str().is_empty()) {
+        let _ = std::fs::create_dir_all(dir);
+    }
+    let f = std::fs::OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .open(&lock)
+        .map_err(|e| format!("--users: cannot lock '{}': {e}", lock.display()))?;
+    #[cfg(unix)]
+    {
+        use std::os::unix::io::AsRawFd;
+        // SAFETY: flock on a descriptor we own; it blocks until the other holder is done.
+        if unsafe { libc::flock(f.as_raw_fd(), libc::LOCK_EX) } != 0 {
+            return Err(format!(
+                "--users: cannot lock '{}': {}",
+                lock.display(),
+                std::io::Error::last_os_error()
+            ));
+        }
+    }
+    Ok(f)
+}
+
 /// Argon2 costs a hash may ask for: a hand-edited file with `m=4000000000` would otherwise make
 /// the first login allocate terabytes and abort the process.
 const MAX_MEMORY_KIB: u64 = 256 * 1024;

@@ -60,10 +60,17 @@ fn read_password() -> Result<String> {
 pub fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<()> {
     let cli = UserCli::parse_from(args);
     let path = cli.users.unwrap_or_else(users::default_path);
+    // The password is read before the lock: nobody waits while a person types.
+    let password = match &cli.what {
+        What::Add { .. } => Some(read_password()?),
+        _ => None,
+    };
+    // Locked while read, changed and saved: a running server's console edits wait for it.
+    let _lock = users::lock(&path).map_err(anyhow::Error::msg)?;
     let mut u = Users::load(&path).map_err(anyhow::Error::msg)?;
     match cli.what {
         What::Add { name, role: r } => {
-            let password = read_password()?;
+            let password = password.unwrap_or_default();
             u.set_user(&name, role(&r)?, &password)
                 .map_err(anyhow::Error::msg)?;
             u.save().map_err(anyhow::Error::msg)?;
