@@ -110,7 +110,7 @@ pub struct Auth {
     sessions: Mutex<HashMap<String, Session>>,
     failures: Mutex<HashMap<(IpAddr, String), Attempts>>,
     /// The users file's stamp when last read, and when it was last checked.
-    seen: Mutex<(Option<(u64, std::time::SystemTime, u64)>, Instant)>,
+    seen: Mutex<(Option<users::Stamp>, Instant)>,
     /// Password hashes running now (bounded by [`MAX_HASHES`]).
     hashing: std::sync::atomic::AtomicUsize,
     /// Cookies get `Secure` when the server speaks TLS.

@@ -101,7 +101,9 @@ pub fn hash_password(password: &str) -> Result<String, String> {
 /// Checks `password` against an argon2 PHC string; a malformed hash never matches.
 /// What tells one version of the users file from another: its inode (every save renames a new
 /// file into place), modification time and length. None when there is no file.
-pub fn stamp(path: &Path) -> Option<(u64, std::time::SystemTime, u64)> {
+pub type Stamp = (u64, std::time::SystemTime, u64);
+
+pub fn stamp(path: &Path) -> Option<Stamp> {
     let m = std::fs::metadata(path).ok()?;
     #[cfg(unix)]
     let ino = std::os::unix::fs::MetadataExt::ino(&m);
