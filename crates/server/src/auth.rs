@@ -431,6 +431,12 @@ impl Connected<axum::serve::IncomingStream<'_, tokio::net::TcpListener>> for Pee
     }
 }
 
+impl Connected<axum::serve::IncomingStream<'_, crate::conn::Listener>> for Peer {
+    fn connect_info(stream: axum::serve::IncomingStream<'_, crate::conn::Listener>) -> Peer {
+        Peer(*stream.remote_addr())
+    }
+}
+
 impl Connected<axum::serve::IncomingStream<'_, crate::tls::TlsListener>> for Peer {
     fn connect_info(stream: axum::serve::IncomingStream<'_, crate::tls::TlsListener>) -> Peer {
         Peer(*stream.remote_addr())

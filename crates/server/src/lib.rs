@@ -12,6 +12,7 @@
 mod alerts;
 mod analytics;
 pub mod auth;
+mod conn;
 pub mod console;
 mod history;
 pub mod snapshot;
@@ -187,7 +188,7 @@ pub fn start(
                 };
                 let _ = match tls {
                     None => {
-                        axum::serve(listener, app)
+                        axum::serve(conn::Listener::new(listener), app)
                             .with_graceful_shutdown(stop)
                             .await
                     }
@@ -1091,6 +1092,17 @@ async fn metrics(State(s): Shared) -> Response {
              # TYPE sonde_https_refused_handshakes_total counter\n\
              sonde_https_refused_handshakes_total {}",
             tls::REFUSED_HANDSHAKES.load(Relaxed)
+        );
+        let _ = writeln!(
+            out,
+            "# HELP sonde_http_refused_connections_total HTTP connections closed at once: their client (or everyone) held the most connections allowed.\n\
+             # TYPE sonde_http_refused_connections_total counter\n\
+             sonde_http_refused_connections_total {}\n\
+             # HELP sonde_http_idle_closed_total HTTP connections closed after 120 s without a byte read or written.\n\
+             # TYPE sonde_http_idle_closed_total counter\n\
+             sonde_http_idle_closed_total {}",
+            conn::REFUSED.load(Relaxed),
+            conn::IDLE_CLOSED.load(Relaxed)
         );
     }
     if let Some(t) = s.view.trigger() {
