@@ -451,3 +451,30 @@ def test_users_file_changes_take_effect_and_deleted_entries_stay_deleted(sonde_b
         assert "user carol " in text and "user dave " in text and "user root " in text, text
     finally:
         _stop(proc)
+
+
+def test_user_add_on_a_terminal_does_not_show_the_password(sonde_bin, workdir):
+    """`sonde user add` typed at a terminal: the password is not echoed (issue 19, item 6)."""
+    import pty
+    users = workdir / "users"
+    pid, fd = pty.fork()
+    if pid == 0:
+        os.execv(str(sonde_bin), [str(sonde_bin), "user", "add", "eve", "--role", "viewer",
+                                  "--users", str(users)])
+    seen = b""
+    deadline = time.time() + 20
+    while b"password" not in seen and time.time() < deadline:
+        seen += os.read(fd, 1024)
+    os.write(fd, b"secret password 42\n")
+    while time.time() < deadline:
+        try:
+            chunk = os.read(fd, 1024)
+        except OSError:
+            break
+        if not chunk:
+            break
+        seen += chunk
+    _, status = os.waitpid(pid, 0)
+    assert os.waitstatus_to_exitcode(status) == 0, seen
+    assert b"secret password 42" not in seen, seen
+    assert "user eve viewer" in users.read_text()

@@ -47,14 +47,50 @@ fn role(r: &str) -> Result<Role> {
     Role::parse(r).ok_or_else(|| anyhow!("role {r:?}: use admin or viewer"))
 }
 
+/// The password from standard input; on a terminal it is not echoed while typed.
 fn read_password() -> Result<String> {
     let stdin = std::io::stdin();
+    let hidden = stdin.is_terminal().then(EchoOff::new).flatten();
     if stdin.is_terminal() {
-        eprint!("password (shown as you type; pipe it in to hide it): ");
+        eprint!("password: ");
     }
     let mut line = String::new();
-    stdin.lock().read_line(&mut line)?;
+    // ECHONL still shows the newline the user typed.
+    let r = stdin.lock().read_line(&mut line);
+    drop(hidden);
+    r?;
     Ok(line.trim_end_matches(['\r', '\n']).to_string())
+}
+
+/// The terminal's echo turned off until dropped (restored even on an error).
+struct EchoOff(libc::termios);
+
+impl EchoOff {
+    fn new() -> Option<EchoOff> {
+        // SAFETY: tcgetattr/tcsetattr on standard input with a termios struct we own.
+        unsafe {
+            let mut t: libc::termios = std::mem::zeroed();
+            if libc::tcgetattr(0, &mut t) != 0 {
+                return None;
+            }
+            let saved = t;
+            t.c_lflag &= !libc::ECHO;
+            t.c_lflag |= libc::ECHONL;
+            if libc::tcsetattr(0, libc::TCSANOW, &t) != 0 {
+                return None;
+            }
+            Some(EchoOff(saved))
+        }
+    }
+}
+
+impl Drop for EchoOff {
+    fn drop(&mut self) {
+        // SAFETY: restores the settings read in `new` on the same descriptor.
+        unsafe {
+            libc::tcsetattr(0, libc::TCSANOW, &self.0);
+        }
+    }
 }
 
 pub fn run(args: impl Iterator<Item = std::ffi::OsString>) -> Result<()> {
