@@ -478,3 +478,27 @@ def test_user_add_on_a_terminal_does_not_show_the_password(sonde_bin, workdir):
     assert os.waitstatus_to_exitcode(status) == 0, seen
     assert b"secret password 42" not in seen, seen
     assert "user eve viewer" in users.read_text()
+
+
+def test_event_stream_ends_with_its_session(sonde_bin, need_corpus, workdir):
+    """The console's event stream stops once its session is logged out (issue 19, item 6)."""
+    users = workdir / "users"
+    _add_user(sonde_bin, users, "vera", "viewer", "viewer password 1")
+    proc, port = _start(sonde_bin, need_corpus, [], users)
+    try:
+        _wait_up(proc, port)
+        c = Client(port)
+        assert c.login("vera", "viewer password 1")[0] == 200
+        s = http.client.HTTPConnection("127.0.0.1", port, timeout=10)
+        s.request("GET", "/api/v1/events", headers={"Cookie": c.cookie})
+        r = s.getresponse()
+        assert r.status == 200
+        assert b"event: interface" in r.readline() + r.readline() + r.readline()
+        assert Client(port).request("POST", "/api/v1/logout",
+                                    headers={"Cookie": c.cookie})[0] == 204
+        t = time.time()
+        rest = r.read()  # returns when the server ends the stream
+        assert time.time() - t < 5, "the stream outlived its session"
+        assert rest.count(b"event: interface") <= 2, rest
+    finally:
+        _stop(proc)

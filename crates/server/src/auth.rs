@@ -181,6 +181,11 @@ impl Auth {
         }
     }
 
+    /// Whether the credentials of a long request (an event stream) still hold.
+    pub(crate) fn still_valid(&self, headers: &HeaderMap) -> bool {
+        self.identify(headers).is_some()
+    }
+
     fn identify(&self, headers: &HeaderMap) -> Option<Identity> {
         let Some(users) = self.users() else {
             return Some(Identity {

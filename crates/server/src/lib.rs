@@ -267,14 +267,18 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
             "/api/v1/admin/alerts/{id}/captures/{name}",
             get(alerts::capture),
         )
-        .route("/api/v1/events", get(events))
         .route("/api/v1/openapi.json", get(openapi))
         .route("/api/v1/schema", get(schema))
         .route("/metrics", get(metrics))
         .route("/api/{*rest}", any(not_found))
         .fallback(console::serve)
-        .with_state(state)
+        .with_state(state.clone())
         .merge(accounts)
+        .merge(
+            Router::new()
+                .route("/api/v1/events", get(events))
+                .with_state((state, auth.clone())),
+        )
         .layer(middleware::from_fn_with_state(auth.clone(), auth::layer))
         .layer(middleware::map_response(safety_headers))
         .layer(middleware::map_response_with_state(auth, tls_headers))
@@ -945,7 +949,8 @@ async fn top(
 /// `GET /api/v1/events`: Server-Sent Events, one `interface` event a second with the
 /// counters of `/api/v1/interface` and the rates over that second, for live charts.
 async fn events(
-    State(s): Shared,
+    State((s, auth)): State<(Arc<AppState>, Arc<auth::Auth>)>,
+    headers: axum::http::HeaderMap,
 ) -> axum::response::sse::Sse<
     impl futures_util::Stream<Item = Result<axum::response::sse::Event, std::convert::Infallible>>,
 > {
@@ -954,8 +959,14 @@ async fn events(
     let start = (Instant::now(), total(&view));
     let stream = futures_util::stream::unfold(start, move |(then, prev)| {
         let view = view.clone();
+        let (auth, headers) = (auth.clone(), headers.clone());
         async move {
             tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+            // The stream ends with the session or token that opened it (logout, a deleted
+            // user or token, an expired session).
+            if !auth.still_valid(&headers) {
+                return None;
+            }
             let now = Instant::now();
             let t = total(&view);
             let dt = now.duration_since(then).as_secs_f64().max(1e-9);
