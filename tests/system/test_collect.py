@@ -367,3 +367,44 @@ def test_sink_counters_in_metrics_while_running(sonde_bin, corpus, workdir):
     finally:
         upper.send_signal(signal.SIGINT)
         upper.communicate(timeout=60)
+
+
+def test_tcp_collector_caps_its_connections(sonde_bin, workdir):
+    """An IPFIX-over-TCP collector keeps at most 64 exporters connected: 70 connections leave 6
+    closed at once by the collector, counted in the summary (issue 19, item 5)."""
+    import socket as _socket
+    from conftest import free_port
+    port = free_port()
+    stats = workdir / "s.json"
+    proc = subprocess.Popen([str(sonde_bin), "--collect", f"tcp://127.0.0.1:{port}", "-q",
+                             "--duration", "6", "--stats-json", str(stats)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    socks = []
+    try:
+        deadline = time.time() + 10
+        while time.time() < deadline:
+            try:
+                _socket.create_connection(("127.0.0.1", port), timeout=1).close()
+                break
+            except OSError:
+                time.sleep(0.1)
+        time.sleep(0.5)  # the probe connection above has ended and given back its slot
+        for _ in range(70):
+            socks.append(_socket.create_connection(("127.0.0.1", port), timeout=5))
+        time.sleep(2.0)
+        closed = 0
+        for s in socks:
+            s.settimeout(0.05)
+            try:
+                closed += s.recv(1) == b""
+            except (TimeoutError, _socket.timeout):
+                pass
+            except ConnectionResetError:
+                closed += 1
+        assert closed == 6, closed
+    finally:
+        for s in socks:
+            s.close()
+        _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    assert json.loads(stats.read_text())["collected"]["connections_refused"] == 6

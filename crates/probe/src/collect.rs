@@ -72,6 +72,11 @@ pub struct CollectorCounters {
     pub messages: AtomicU64,
     pub records: AtomicU64,
     pub errors: AtomicU64,
+    /// TCP connections closed at once: the collector already had its most connections, or
+    /// could not start a thread for one.
+    pub connections_refused: AtomicU64,
+    /// TCP connections closed after [`TCP_IDLE`] without a byte.
+    pub connections_idle: AtomicU64,
     /// Each exporter's statistics as of about a second ago (the receivers publish them), for
     /// the alerts' checks: an exporter that stopped sending, sequence gaps.
     pub exporters: std::sync::Mutex<std::collections::HashMap<std::net::SocketAddr, ExporterStats>>,
@@ -548,64 +553,94 @@ pub(crate) fn run_tcp(
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
 ) -> ExporterReport {
-    let mut conns = Vec::new();
+    let mut conns: Vec<std::thread::JoinHandle<ExporterReport>> = Vec::new();
+    let mut ended: ExporterReport = Vec::new();
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                // Connections that ended give back their slot (their reports are kept).
+                let (done, live): (Vec<_>, Vec<_>) = conns.drain(..).partition(|h| h.is_finished());
+                conns = live;
+                ended.extend(done.into_iter().filter_map(|h| h.join().ok()).flatten());
+                if conns.len() >= MAX_TCP_CONNECTIONS {
+                    counters.connections_refused.fetch_add(1, Ordering::Relaxed);
+                    continue; // `stream` dropped: closed
+                }
                 let (mut out, stop, counters) = (out.clone(), stop.clone(), counters.clone());
-                conns.push(std::thread::spawn(move || {
-                    let mut collector = Collector::new(Config::default());
-                    let mut framer = IpfixStream::new(1 << 20);
-                    let mut stream = stream;
-                    let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
-                    let mut buf = vec![0u8; 65536];
-                    let mut scratch = (Vec::new(), Vec::new());
-                    let mut published = std::time::Instant::now();
-                    'conn: while !stop.load(Ordering::Relaxed) {
-                        use std::io::Read;
-                        let n = match stream.read(&mut buf) {
-                            Ok(0) => break,
-                            Ok(n) => n,
-                            Err(e)
-                                if matches!(
-                                    e.kind(),
-                                    std::io::ErrorKind::WouldBlock | std::io::ErrorKind::TimedOut
-                                ) =>
-                            {
-                                continue
-                            }
-                            Err(_) => break,
-                        };
-                        if framer.push(&buf[..n]).is_err() {
-                            counters.errors.fetch_add(1, Ordering::Relaxed);
-                            break;
-                        }
-                        loop {
-                            match framer.next_message() {
-                                Ok(Some(msg)) => {
-                                    let msg = msg.to_vec();
-                                    decode_into(
-                                        &mut collector,
-                                        peer,
-                                        &msg,
-                                        &mut out,
-                                        &counters,
-                                        &mut scratch,
-                                    );
-                                    out.flush();
-                                    counters.publish(&collector, &mut published);
-                                }
-                                Ok(None) => break,
-                                Err(_) => {
-                                    // Not IPFIX framing: the stream cannot be resynchronised.
+                let refused = counters.clone();
+                let spawned =
+                    std::thread::Builder::new()
+                        .name("ipfix-tcp".into())
+                        .spawn(move || {
+                            let mut collector = Collector::new(Config::default());
+                            let mut framer = IpfixStream::new(1 << 20);
+                            let mut stream = stream;
+                            let _ = stream.set_read_timeout(Some(Duration::from_millis(200)));
+                            let mut buf = vec![0u8; 65536];
+                            let mut scratch = (Vec::new(), Vec::new());
+                            let mut published = std::time::Instant::now();
+                            let mut last_data = std::time::Instant::now();
+                            'conn: while !stop.load(Ordering::Relaxed) {
+                                use std::io::Read;
+                                let n = match stream.read(&mut buf) {
+                                    Ok(0) => break,
+                                    Ok(n) => n,
+                                    Err(e)
+                                        if matches!(
+                                            e.kind(),
+                                            std::io::ErrorKind::WouldBlock
+                                                | std::io::ErrorKind::TimedOut
+                                        ) =>
+                                    {
+                                        if last_data.elapsed() >= TCP_IDLE {
+                                            counters
+                                                .connections_idle
+                                                .fetch_add(1, Ordering::Relaxed);
+                                            break;
+                                        }
+                                        continue;
+                                    }
+                                    Err(_) => break,
+                                };
+                                last_data = std::time::Instant::now();
+                                if framer.push(&buf[..n]).is_err() {
                                     counters.errors.fetch_add(1, Ordering::Relaxed);
-                                    break 'conn;
+                                    break;
+                                }
+                                loop {
+                                    match framer.next_message() {
+                                        Ok(Some(msg)) => {
+                                            let msg = msg.to_vec();
+                                            decode_into(
+                                                &mut collector,
+                                                peer,
+                                                &msg,
+                                                &mut out,
+                                                &counters,
+                                                &mut scratch,
+                                            );
+                                            out.flush();
+                                            counters.publish(&collector, &mut published);
+                                        }
+                                        Ok(None) => break,
+                                        Err(_) => {
+                                            // Not IPFIX framing: the stream cannot be resynchronised.
+                                            counters.errors.fetch_add(1, Ordering::Relaxed);
+                                            break 'conn;
+                                        }
+                                    }
                                 }
                             }
-                        }
+                            report(&collector)
+                        });
+                match spawned {
+                    Ok(h) => conns.push(h),
+                    // No thread for it (a resource limit): the connection is closed, not the
+                    // collector.
+                    Err(_) => {
+                        refused.connections_refused.fetch_add(1, Ordering::Relaxed);
                     }
-                    report(&collector)
-                }));
+                }
             }
             Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {
                 std::thread::sleep(Duration::from_millis(100));
@@ -613,12 +648,15 @@ pub(crate) fn run_tcp(
             Err(_) => break,
         }
     }
-    conns
-        .into_iter()
-        .filter_map(|h| h.join().ok())
-        .flatten()
-        .collect()
+    ended.extend(conns.into_iter().filter_map(|h| h.join().ok()).flatten());
+    ended
 }
+
+/// IPFIX-over-TCP exporters connected at once, at most: each has a thread and a 1 MiB framer.
+pub const MAX_TCP_CONNECTIONS: usize = 64;
+/// A TCP exporter that sends nothing for this long is disconnected (IPFIX exporters send
+/// templates and data far more often).
+pub const TCP_IDLE: Duration = Duration::from_secs(300);
 
 /// Receives JSON flows on a bound ZMQ PULL socket until `stop`.
 pub(crate) fn run_zmq(

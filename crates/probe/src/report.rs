@@ -125,6 +125,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "messages": s.collector_messages,
             "decoded": s.collector_records,
             "errors": s.collector_errors,
+            "connections_refused": s.collector_connections_refused,
             "records": t.collected_records,
             "samples": t.collected_samples,
             "packets": t.collected_packets,

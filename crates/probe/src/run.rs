@@ -74,6 +74,8 @@ pub struct Summary {
     pub collector_messages: u64,
     pub collector_records: u64,
     pub collector_errors: u64,
+    /// IPFIX-over-TCP connections closed at once (the collector had its most).
+    pub collector_connections_refused: u64,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
@@ -334,6 +336,10 @@ impl Probe {
             collector_messages: self.collector_counters.messages.load(Ordering::Relaxed),
             collector_records: self.collector_counters.records.load(Ordering::Relaxed),
             collector_errors: self.collector_counters.errors.load(Ordering::Relaxed),
+            collector_connections_refused: self
+                .collector_counters
+                .connections_refused
+                .load(Ordering::Relaxed),
             elapsed: self.started.elapsed(),
             error,
         })
