@@ -389,7 +389,9 @@ def test_idle_and_silent_connections_do_not_hold_up_requests(sonde_bin, need_cor
             r = c.getresponse()
             r.read()
             took = time.time() - t
-            assert r.status == 200 and took < 1.0, (tls, r.status, took)
+            # Not a speed figure: before the fix this request waited out the handshake timeout
+            # (9.6 s); a generous bound keeps a busy CI machine from failing it.
+            assert r.status == 200 and took < 3.0, (tls, r.status, took)
             if not tls:
                 # One client holds at most 128 connections: the rest were closed and counted.
                 c.request("GET", "/metrics")

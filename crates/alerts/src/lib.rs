@@ -257,7 +257,8 @@ impl Exclusion {
     }
 }
 
-fn parse_network(n: &str) -> Result<(IpAddr, u8), String> {
+/// Parses `10.0.0.0/8` or `2001:db8::/32`.
+pub fn parse_network(n: &str) -> Result<(IpAddr, u8), String> {
     let bad = || format!("net={n:?}: a network like 10.0.0.0/8 or 2001:db8::/32 expected");
     let (a, l) = n.split_once('/').ok_or_else(bad)?;
     let addr: IpAddr = a.parse().map_err(|_| bad())?;
@@ -269,7 +270,8 @@ fn parse_network(n: &str) -> Result<(IpAddr, u8), String> {
     Ok((addr, len))
 }
 
-fn in_network(ip: IpAddr, net: IpAddr, len: u8) -> bool {
+/// Whether `ip` is in `net/len` (never across address families).
+pub fn in_network(ip: IpAddr, net: IpAddr, len: u8) -> bool {
     let (a, b, bits) = match (ip, net) {
         (IpAddr::V4(a), IpAddr::V4(b)) => {
             (u32::from(a) as u128, u32::from(b) as u128, 32 - len as u32)

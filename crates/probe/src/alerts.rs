@@ -867,31 +867,17 @@ fn check_exporters(
     }
 }
 
-fn in_net(ip: IpAddr, net: IpAddr, len: u8) -> bool {
-    match (ip, net) {
-        (IpAddr::V4(a), IpAddr::V4(b)) => {
-            let m = if len == 0 { 0 } else { u32::MAX << (32 - len) };
-            u32::from(a) & m == u32::from(b) & m
-        }
-        (IpAddr::V6(a), IpAddr::V6(b)) => {
-            let m = if len == 0 {
-                0
-            } else {
-                u128::MAX << (128 - len)
-            };
-            u128::from(a) & m == u128::from(b) & m
-        }
-        _ => false,
-    }
-}
-
 fn check_listed(hub: &AlertHub, view: &crate::ProbeView, s: &CheckSettings, st: &mut CheckState) {
     let hosts = view.snapshot_hosts_into(Vec::new());
     let now = hub.now();
     let mut seen = std::collections::HashSet::new();
     for h in &hosts {
         let ip = sonde_analytics::types::ip_of(&h.key.addr, h.key.ip_version);
-        let Some((net, len)) = s.listed.iter().find(|(n, l)| in_net(ip, *n, *l)) else {
+        let Some((net, len)) = s
+            .listed
+            .iter()
+            .find(|(n, l)| sonde_alerts::in_network(ip, *n, *l))
+        else {
             continue;
         };
         let text = ip.to_string();
@@ -1011,17 +997,11 @@ pub fn read_list(path: &Path) -> Result<Vec<(IpAddr, u8)>, String> {
                 n + 1
             )
         };
-        let (a, l) = match line.split_once('/') {
-            Some((a, l)) => (a, Some(l)),
-            None => (line, None),
+        let net = match line.parse::<IpAddr>() {
+            Ok(ip) => (ip, if ip.is_ipv4() { 32 } else { 128 }),
+            Err(_) => sonde_alerts::parse_network(line).map_err(|_| bad())?,
         };
-        let ip: IpAddr = a.parse().map_err(|_| bad())?;
-        let max = if ip.is_ipv4() { 32 } else { 128 };
-        let len = match l {
-            Some(l) => l.parse::<u8>().ok().filter(|l| *l <= max).ok_or_else(bad)?,
-            None => max,
-        };
-        out.push((ip, len));
+        out.push(net);
     }
     Ok(out)
 }
@@ -1083,21 +1063,12 @@ impl AlertHub {
                 let _ = writeln!(
                     out,
                     "sonde_script_enabled{{script=\"{}\"}} {}",
-                    v["name"]
-                        .as_str()
-                        .unwrap_or("")
-                        .replace('\\', "\\\\")
-                        .replace('"', "\\\""),
+                    label(v["name"].as_str().unwrap_or("")),
                     u8::from(v["enabled"] == true)
                 );
             }
         }
         let c = self.counters();
-        let esc = |s: &str| {
-            s.replace('\\', "\\\\")
-                .replace('"', "\\\"")
-                .replace('\n', "\\n")
-        };
         for (name, help, m) in [
             (
                 "sonde_alerts_engaged_total",
@@ -1132,7 +1103,7 @@ impl AlertHub {
         ] {
             let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter");
             for (k, v) in m {
-                let _ = writeln!(out, "{name}{{type=\"{}\"}} {v}", esc(k));
+                let _ = writeln!(out, "{name}{{type=\"{}\"}} {v}", label(k));
             }
         }
         let n = self.lock().engine.engaged_count();
@@ -1141,4 +1112,11 @@ impl AlertHub {
             "# HELP sonde_alerts_engaged Alerts engaged now.\n# TYPE sonde_alerts_engaged gauge\nsonde_alerts_engaged {n}"
         );
     }
+}
+
+/// A Prometheus label value: backslash, quote and newline escaped as the text format asks.
+fn label(s: &str) -> String {
+    s.replace('\\', "\\\\")
+        .replace('"', "\\\"")
+        .replace('\n', "\\n")
 }

@@ -246,6 +246,15 @@ impl Auth {
         Ok(())
     }
 
+    /// An attempt that was counted but never checked (the server was busy): not a failure.
+    fn give_back_attempt(&self, ip: IpAddr, user: &str) {
+        let key = (client_key(ip), user.to_string());
+        let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(a) = f.get_mut(&key) {
+            a.in_flight = a.in_flight.saturating_sub(1);
+        }
+    }
+
     fn end_attempt(&self, ip: IpAddr, user: &str, ok: bool) {
         let key = (client_key(ip), user.to_string());
         let mut f = self.failures.lock().unwrap_or_else(|e| e.into_inner());
@@ -574,13 +583,7 @@ impl Drop for AttemptGuard<'_> {
         match self.outcome {
             Outcome::Ok => self.auth.end_attempt(self.ip, self.user, true),
             Outcome::Failed => self.auth.end_attempt(self.ip, self.user, false),
-            Outcome::NotTried => {
-                let key = (client_key(self.ip), self.user.to_string());
-                let mut f = self.auth.failures.lock().unwrap_or_else(|e| e.into_inner());
-                if let Some(a) = f.get_mut(&key) {
-                    a.in_flight = a.in_flight.saturating_sub(1);
-                }
-            }
+            Outcome::NotTried => self.auth.give_back_attempt(self.ip, self.user),
         }
     }
 }
