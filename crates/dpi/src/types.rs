@@ -182,6 +182,39 @@ pub struct Scratch {
     pub http_tunnel_open: bool,
     /// http.rs: when the request's first packet was seen (0: not seen), to time the response.
     pub http_request_ns: u64,
+    /// tftp.rs: the last TFTP packet of a transfer flow (the server's new port, no port 69),
+    /// which the other side's next packet must answer.
+    pub tftp: Option<TftpLast>,
+    /// wireguard.rs: the last transport-data packet per direction (0 = client): receiver
+    /// index and counter.
+    pub wireguard: [Option<(u32, u64)>; 2],
+    /// ipsec.rs: the last ESP-in-UDP packet per direction (0 = client): SPI and sequence.
+    pub esp: [Option<(u32, u32)>; 2],
+    /// openvpn.rs: the client's hard reset, or the P_DATA_V2 packets seen so far.
+    pub openvpn: OpenVpnState,
+}
+
+/// tftp.rs: one TFTP packet of a transfer flow.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct TftpLast {
+    pub from_client: bool,
+    /// 3 DATA, 4 ACK, 6 OACK.
+    pub opcode: u8,
+    /// Block number (0 for OACK).
+    pub block: u16,
+}
+
+/// openvpn.rs: what the first packets of a flow showed.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct OpenVpnState {
+    /// The client's hard reset: its session id and layout (0 plain, the HMAC size with
+    /// tls-auth, 255 with tls-crypt).
+    pub reset: Option<([u8; 8], u8)>,
+    /// P_DATA_V2: first byte and peer id of the first one, how many matched, and the
+    /// directions seen (bit 0 client, bit 1 server).
+    pub data: Option<(u8, [u8; 3])>,
+    pub data_count: u8,
+    pub data_dirs: u8,
 }
 
 /// State of the text protocols (mail.rs, ftp.rs) between packets.

@@ -21,14 +21,19 @@ pub mod mail;
 pub mod mqtt;
 pub mod ntp;
 pub mod quic;
+pub mod radius;
 pub mod rdp;
 pub mod rtp;
 pub mod sip;
 pub mod smb;
 pub mod snmp;
+pub mod ssdp;
 pub mod ssh;
 pub mod stun;
+pub mod syslog;
+pub mod tftp;
 pub mod tls;
+pub mod wireguard;
 
 /// One detector and the transports it applies to.
 pub struct Detector {
@@ -80,6 +85,11 @@ pub const DETECTORS: &[Detector] = &[
     udp("dhcp", dhcp::detect),
     udp("ntp", ntp::detect),
     udp("snmp", snmp::detect),
+    udp("radius", radius::detect),
+    udp("ssdp", ssdp::detect),
+    both("syslog", syslog::detect),
+    udp("tftp", tftp::detect),
+    udp("wireguard", wireguard::detect),
     both("stun", stun::detect),
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
