@@ -17,8 +17,11 @@ pub mod dhcp;
 pub mod dns;
 pub mod ftp;
 pub mod http;
+pub mod ipsec;
+pub mod kerberos;
 pub mod mail;
 pub mod mqtt;
+pub mod netbios;
 pub mod ntp;
 pub mod quic;
 pub mod radius;
@@ -90,6 +93,9 @@ pub const DETECTORS: &[Detector] = &[
     both("syslog", syslog::detect),
     udp("tftp", tftp::detect),
     udp("wireguard", wireguard::detect),
+    udp("ipsec", ipsec::detect),
+    both("kerberos", kerberos::detect),
+    both("netbios", netbios::detect),
     both("stun", stun::detect),
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
