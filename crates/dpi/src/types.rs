@@ -215,6 +215,9 @@ pub struct OpenVpnState {
     pub data: Option<(u8, [u8; 3])>,
     pub data_count: u8,
     pub data_dirs: u8,
+    /// Bytes 4..8 of the last P_DATA_V2 packet (packet id or HMAC): a resent packet is not
+    /// ciphertext.
+    pub data_last: [u8; 4],
 }
 
 /// State of the text protocols (mail.rs, ftp.rs) between packets.

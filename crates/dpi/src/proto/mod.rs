@@ -23,6 +23,7 @@ pub mod mail;
 pub mod mqtt;
 pub mod netbios;
 pub mod ntp;
+pub mod openvpn;
 pub mod quic;
 pub mod radius;
 pub mod rdp;
@@ -96,6 +97,7 @@ pub const DETECTORS: &[Detector] = &[
     udp("ipsec", ipsec::detect),
     both("kerberos", kerberos::detect),
     both("netbios", netbios::detect),
+    both("openvpn", openvpn::detect),
     both("stun", stun::detect),
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
@@ -175,5 +177,7 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
     find(server_port).or_else(|| find(client_port))
 }
 
+#[cfg(test)]
+mod guard;
 #[cfg(test)]
 pub(crate) mod testkit;
