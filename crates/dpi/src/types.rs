@@ -204,12 +204,23 @@ pub struct TftpLast {
     pub block: u16,
 }
 
+/// openvpn.rs: a hard reset, which the other side's reset or the sender's next control
+/// packet must follow up.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct OpenVpnReset {
+    pub session_id: [u8; 8],
+    /// 0 plain, the HMAC size with tls-auth, 255 with tls-crypt.
+    pub layout: u8,
+    pub from_client: bool,
+    /// A server's reset (opcode 2 or 8) rather than a client's.
+    pub server: bool,
+}
+
 /// openvpn.rs: what the first packets of a flow showed.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct OpenVpnState {
-    /// The client's hard reset: its session id and layout (0 plain, the HMAC size with
-    /// tls-auth, 255 with tls-crypt).
-    pub reset: Option<([u8; 8], u8)>,
+    /// The first hard reset seen.
+    pub reset: Option<OpenVpnReset>,
     /// P_DATA_V2: first byte and peer id of the first one, how many matched, and the
     /// directions seen (bit 0 client, bit 1 server).
     pub data: Option<(u8, [u8; 3])>,

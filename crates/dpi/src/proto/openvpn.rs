@@ -16,15 +16,20 @@
 //!   its own: in the plain and tls-auth layouts its ACK array names the client's session id;
 //!   with tls-crypt its packet id and time must be plausible. On TCP both length prefixes
 //!   must match the segment exactly.
+//! - A capture that holds one direction only: a hard reset (a client's, or a server's with
+//!   its ACK array in one of the layouts) followed by the same side's P_CONTROL_V1 or
+//!   P_ACK_V1 with the same session id.
 //! - A capture that starts mid-session: P_DATA_V2 packets (opcode 9) with the same first
 //!   byte and 3-byte peer id (at most 0xffff, or 0xffffff for none), at least 3 of them, from
 //!   both sides, each different from the one before and not printable text.
 
 use crate::ids::Proto;
-use crate::types::{Flow, Pkt, Verdict, L4};
+use crate::types::{Flow, OpenVpnReset, Pkt, Verdict, L4};
 
 const CLIENT_RESETS: [u8; 3] = [1, 7, 10];
 const SERVER_RESETS: [u8; 2] = [2, 8];
+const P_CONTROL_V1: u8 = 4;
+const P_ACK_V1: u8 = 5;
 const P_DATA_V2: u8 = 9;
 
 /// HMAC sizes of tls-auth: MD5, SHA1, SHA224, SHA256, SHA384, SHA512.
@@ -61,16 +66,35 @@ fn replay_id(b: &[u8], at: usize) -> bool {
     (1..=MAX_RESET_PID).contains(&pid) && (TIME_MIN..=TIME_MAX).contains(&time)
 }
 
-/// The layout of a client hard reset (after the opcode byte and session id at 1..9).
-fn client_layout(b: &[u8]) -> Option<u8> {
-    // Plain: ACK count 0, message packet id 0, maybe a small early-negotiation TLV.
-    if b.len() >= 14 && b.len() <= 14 + 64 && b[9] == 0 && b[10..14] == [0; 4] {
+/// The layout of a hard reset (after the opcode byte and session id at 1..9): where its
+/// ACK array starts must read as a client's (`acks == 0`: none) or a server's (1..=8
+/// packet ids and the peer's session id), followed by message packet id 0.
+fn layout(b: &[u8], server: bool) -> Option<u8> {
+    let acks_ok = |at: usize| {
+        let Some(&n) = b.get(at) else {
+            return false;
+        };
+        let n = usize::from(n);
+        let pid = if server {
+            if !(1..=8).contains(&n) {
+                return false;
+            }
+            at + 1 + 4 * n + 8
+        } else {
+            if n != 0 {
+                return false;
+            }
+            at + 1
+        };
+        b.get(pid..pid + 4) == Some(&[0; 4][..])
+    };
+    // Plain, maybe with a small early-negotiation TLV.
+    if b.len() <= 40 + 64 && acks_ok(9) {
         return Some(PLAIN);
     }
     for h in HMAC_SIZES {
         let at = 9 + usize::from(h);
-        if b.len() >= at + 13 && replay_id(b, at) && b[at + 8] == 0 && b[at + 9..at + 13] == [0; 4]
-        {
+        if replay_id(b, at) && acks_ok(at + 8) {
             return Some(h);
         }
     }
@@ -135,29 +159,45 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let (opcode, key_id) = (first >> 3, first & 7);
     let st = &mut f.scratch.openvpn;
     let reset = key_id == 0 && exact && b.len() >= 9;
-    let v = if let Some((sid, layout)) = st.reset {
-        if !p.from_client && reset && SERVER_RESETS.contains(&opcode) {
-            if server_answers(b, &sid, layout) {
+    let client_reset = reset && CLIENT_RESETS.contains(&opcode);
+    let server_reset = reset && SERVER_RESETS.contains(&opcode);
+    let v = if let Some(r) = st.reset {
+        let sid = r.session_id;
+        let same_session = b.get(1..9) == Some(&sid[..]);
+        if p.from_client == r.from_client {
+            if key_id == 0 && matches!(opcode, P_CONTROL_V1 | P_ACK_V1) && same_session {
+                // The sender goes on with the session its reset opened (a capture may hold
+                // one direction only).
+                return Proto::OPENVPN.is(true);
+            }
+            if (client_reset || server_reset) && same_session {
+                // The reset resent.
+                Verdict::Unsure
+            } else {
+                Verdict::No
+            }
+        } else if !r.server && server_reset {
+            if server_answers(b, &sid, r.layout) {
                 return Proto::OPENVPN.is(true);
             }
             Verdict::No
-        } else if p.from_client && reset && CLIENT_RESETS.contains(&opcode) && b[1..9] == sid {
-            // The client resent its reset.
+        } else if r.server {
+            // The client of a capture that missed its reset: the server's own packets decide.
             Verdict::Unsure
         } else {
             Verdict::No
         }
-    } else if st.data.is_none()
-        && p.from_client
-        && reset
-        && CLIENT_RESETS.contains(&opcode)
-        && b[1..9] != [0; 8]
-    {
-        match client_layout(b) {
+    } else if st.data.is_none() && (client_reset || server_reset) && b[1..9] != [0; 8] {
+        match layout(b, server_reset) {
             Some(layout) => {
-                let mut sid = [0; 8];
-                sid.copy_from_slice(&b[1..9]);
-                st.reset = Some((sid, layout));
+                let mut session_id = [0; 8];
+                session_id.copy_from_slice(&b[1..9]);
+                st.reset = Some(OpenVpnReset {
+                    session_id,
+                    layout,
+                    from_client: p.from_client,
+                    server: server_reset,
+                });
                 Verdict::Unsure
             }
             None => Verdict::No,
@@ -236,7 +276,32 @@ mod tests {
             detect(&udp(41133, 443).pkt(&b, true, 0), &mut f),
             Verdict::Unsure
         );
-        assert_eq!(f.scratch.openvpn.reset.map(|r| r.1), Some(64));
+        assert_eq!(f.scratch.openvpn.reset.map(|r| r.layout), Some(64));
+    }
+
+    /// openvpn.pcap frames 1, 3 (the client's side, 60201 -> 443; NAT makes the two
+    /// directions two flows) and 2, 5 (the server's side, 443 -> 60201).
+    #[test]
+    fn one_direction() {
+        let ack = "28334857703d96db390100000000d31c3a6964602fa0";
+        let control = "20d31c3a6964602fa00100000001334857703d96db390000000116030300";
+        for (reset, next) in [(PLAIN_C, ack), (PLAIN_S, control)] {
+            let mut f = Flow::default();
+            let conv = vec![(true, hex(reset)), (true, hex(next))];
+            assert_eq!(
+                feed(detect, udp(60201, 443), &mut f, &conv),
+                vec![Verdict::Unsure, Proto::OPENVPN.is(true)]
+            );
+        }
+        // Another session id goes nowhere.
+        let mut other = hex(ack);
+        other[2] ^= 1;
+        let mut f = Flow::default();
+        let conv = vec![(true, hex(PLAIN_C)), (true, other)];
+        assert_eq!(
+            feed(detect, udp(60201, 443), &mut f, &conv),
+            vec![Verdict::Unsure, Verdict::No]
+        );
     }
 
     #[test]
@@ -291,7 +356,10 @@ mod tests {
             (vec![(true, hex(PLAIN_C)), (false, wrong_ack)], udp(1, 2)),
             (vec![(true, long_prefix)], tcp(1, 2)),
             (vec![(true, key1)], udp(1, 2)),
-            (vec![(false, hex(PLAIN_S))], udp(1, 2)),
+            (
+                vec![(false, hex(PLAIN_S)), (false, hex(PLAIN_C))],
+                udp(1, 2),
+            ),
         ] {
             let mut f = Flow::default();
             assert_eq!(feed(detect, e, &mut f, &conv).last(), Some(&Verdict::No));
