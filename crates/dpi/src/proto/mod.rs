@@ -7,7 +7,8 @@
 //! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
 //! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
 //! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
-//! `rtp`, `utp_connection_id`, `http_tunnel_open`, the TLS and QUIC buffers).
+//! `rtp`, `utp_connection_id`, `http_tunnel_open`, the TLS and QUIC buffers, `tftp`,
+//! `wireguard`, `esp`, `openvpn`).
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
@@ -133,6 +134,7 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (179, Proto::BGP),
             (389, Proto::LDAP),
             (88, Proto::KERBEROS),
+            (464, Proto::KERBEROS),
             (5060, Proto::SIP),
             (23, Proto::TELNET),
             (5900, Proto::VNC),
@@ -163,6 +165,7 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (51820, Proto::WIREGUARD),
             (1900, Proto::SSDP),
             (88, Proto::KERBEROS),
+            (464, Proto::KERBEROS),
             (389, Proto::LDAP),
             (3544, Proto::TEREDO),
             (2055, Proto::NETFLOW),
@@ -170,6 +173,8 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (6343, Proto::SFLOW),
             (1812, Proto::RADIUS),
             (1813, Proto::RADIUS),
+            (1645, Proto::RADIUS),
+            (1646, Proto::RADIUS),
             (853, Proto::DOH_DOT),
         ],
     };
