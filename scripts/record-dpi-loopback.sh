@@ -15,7 +15,7 @@
 # starting):
 #   tcpdump curl openssl bind9-dnsutils (dig) dnsmasq-base openssh-server openssh-client
 #   mosquitto mosquitto-clients swaks libnet-ssleay-perl (swaks --tls) python3-aiosmtpd
-#   python3-pyftpdlib snmpd snmp chrony ntpsec-ntpdate sipsak socat bsdutils (logger)
+#   python3-pyftpdlib snmpd snmp chrony ntpsec-ntpdate sipsak kamailio socat bsdutils (logger)
 #   tftpd-hpa tftp-hpa freeradius freeradius-utils (radtest) slapd ldap-utils krb5-kdc
 #   krb5-admin-server (kadmin.local) krb5-user ngircd python3-hypercorn python3-h2 samba
 #   smbclient redis-server redis-tools mariadb-server mariadb-client postgresql-15
@@ -41,7 +41,7 @@ fi
 export DEBIAN_FRONTEND=noninteractive
 PKGS=(tcpdump curl openssl bind9-dnsutils dnsmasq-base openssh-server openssh-client mosquitto
     mosquitto-clients swaks libnet-ssleay-perl python3-aiosmtpd python3-pyftpdlib snmpd snmp
-    chrony ntpsec-ntpdate sipsak socat bsdutils tftpd-hpa tftp-hpa freeradius freeradius-utils
+    chrony ntpsec-ntpdate sipsak kamailio socat bsdutils tftpd-hpa tftp-hpa freeradius freeradius-utils
     slapd ldap-utils krb5-kdc krb5-admin-server krb5-user ngircd python3-hypercorn python3-h2
     samba smbclient redis-server redis-tools mariadb-server mariadb-client postgresql-15
     postgresql-client-15 openvpn wireguard-go wireguard-tools iputils-ping)
@@ -298,11 +298,14 @@ EOF
 }
 
 rec_sip() {
-    # A SIP user agent that answers: sipsak's own listener is not a server, so the "server" is
-    # a UDP socket that logs what it gets (socat). The OPTIONS request is sipsak's.
-    spawn sip socat -u UDP-RECVFROM:5060,bind=127.0.0.1,fork OPEN:/dev/null
+    # Kamailio with Debian's default configuration (no database): it answers OPTIONS for itself
+    # (200 Keepalive) and looks the user up for OPTIONS to a user (404, nobody registered).
+    mkdir -p "$WORK/kamailio"
+    spawn sip kamailio -DD -E -f /etc/kamailio/kamailio.cfg -l udp:127.0.0.1:5060 \
+        -P "$WORK/kamailio/kamailio.pid" -Y "$WORK/kamailio" -m 32 -M 8
     wait_listen udp 5060 || return 1
     cap_start sip-sipsak udp port 5060 || return 1
+    timeout 5 sipsak -s sip:127.0.0.1:5060 -H 127.0.0.1 >/dev/null 2>&1
     timeout 5 sipsak -s sip:sonde@127.0.0.1:5060 -H 127.0.0.1 >/dev/null 2>&1
     cap_stop
 }
