@@ -40,10 +40,10 @@ fi
 
 export DEBIAN_FRONTEND=noninteractive
 PKGS=(tcpdump curl openssl bind9-dnsutils dnsmasq-base openssh-server openssh-client mosquitto
-    mosquitto-clients swaks libnet-ssleay-perl python3-aiosmtpd python3-pyftpdlib snmpd snmp
-    chrony ntpsec-ntpdate sipsak kamailio socat bsdutils tftpd-hpa tftp-hpa freeradius freeradius-utils
-    slapd ldap-utils krb5-kdc krb5-admin-server krb5-user ngircd python3-hypercorn python3-h2
-    samba smbclient redis-server redis-tools mariadb-server mariadb-client postgresql-15
+    mosquitto-clients swaks libnet-ssleay-perl python3-aiosmtpd python3-pyftpdlib snmpd snmp chrony
+    ntpsec-ntpdate sipsak kamailio socat bsdutils tftpd-hpa tftp-hpa freeradius freeradius-utils
+    slapd ldap-utils krb5-kdc krb5-admin-server krb5-user ngircd python3-hypercorn python3-h2 samba
+    smbclient redis-server redis-tools mariadb-server mariadb-client postgresql-15
     postgresql-client-15 openvpn wireguard-go wireguard-tools iputils-ping)
 missing=()
 for p in "${PKGS[@]}"; do
