@@ -138,6 +138,8 @@ cap_stop() {
     kill -INT "$TCPDUMP" 2>/dev/null
     wait "$TCPDUMP" 2>/dev/null
     TCPDUMP=""
+    # tcpdump writes as its own user: give the file to whoever owns the directory
+    chown --reference="$OUT" "$OUT/$CAPNAME.pcap"
     MADE+=("$CAPNAME")
 }
 
