@@ -23,6 +23,8 @@
 #                     once; it runs on the java 17 above)
 #   aiosmtpd (pip)    the SMTP server the --notify smtp:// tests (crates/notify/tests) send to
 #   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
+#   libndpi-bin       ndpiReader, nDPI's labels for the loopback captures in tests/dpi_loopback/
+#                     (tests/system/ndpi_reader.py)
 #
 # Usage: scripts/setup-test-deps.sh   (as root, or with sudo available)
 set -euo pipefail
@@ -58,12 +60,13 @@ declare -A PROBE=(
     [protobuf-compiler]="cmd:protoc"
     [clickhouse-server]="cmd:clickhouse-server"
     [rrdtool]="cmd:rrdtool"
+    [libndpi-bin]="cmd:ndpiReader"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
     tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler \
-    clickhouse-server rrdtool; do
+    clickhouse-server rrdtool libndpi-bin; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
@@ -147,7 +150,7 @@ fi
 
 # Check the result.
 for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pmacctd \
-    tcpdump nmap nping hping3 curl dig java mvn kcat protoc clickhouse-server rrdtool; do
+    tcpdump nmap nping hping3 curl dig java mvn kcat protoc clickhouse-server rrdtool ndpiReader; do
     command -v "$c" >/dev/null 2>&1 || { echo "setup-test-deps: $c still missing" >&2; exit 1; }
 done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }
