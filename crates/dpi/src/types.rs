@@ -182,6 +182,18 @@ pub struct Scratch {
     pub http_tunnel_open: bool,
     /// http.rs: when the request's first packet was seen (0: not seen), to time the response.
     pub http_request_ns: u64,
+    /// irc.rs: what earlier packets showed, and the line each direction's last segment ended in.
+    pub irc: IrcState,
+}
+
+/// irc.rs: state between packets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrcState {
+    /// Flags (irc.rs `NICK_SEEN`, `BANNER_FINAL`).
+    pub bits: u8,
+    /// Per direction (0 = client): the start of a line cut by the end of the last segment, at
+    /// most one line (8 KiB with IRCv3 tags).
+    pub cut: [Vec<u8>; 2],
 }
 
 /// State of the text protocols (mail.rs, ftp.rs) between packets.

@@ -17,6 +17,8 @@ pub mod dhcp;
 pub mod dns;
 pub mod ftp;
 pub mod http;
+pub mod irc;
+pub mod ldap;
 pub mod mail;
 pub mod mqtt;
 pub mod ntp;
@@ -84,7 +86,9 @@ pub const DETECTORS: &[Detector] = &[
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
     tcp("smb", smb::detect),
+    both("ldap", ldap::detect),
     tcp("mqtt", mqtt::detect),
+    tcp("irc", irc::detect),
     both("bittorrent", bittorrent::detect),
     udp("rtp", rtp::detect),
 ];
@@ -114,6 +118,8 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (5432, Proto::POSTGRES),
             (179, Proto::BGP),
             (389, Proto::LDAP),
+            (3268, Proto::LDAP),
+            (6667, Proto::IRC),
             (88, Proto::KERBEROS),
             (5060, Proto::SIP),
             (23, Proto::TELNET),
