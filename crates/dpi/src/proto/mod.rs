@@ -31,6 +31,7 @@ pub mod snmp;
 pub mod ssh;
 pub mod stun;
 pub mod tls;
+pub mod tor;
 
 /// One detector and the transports it applies to.
 pub struct Detector {
