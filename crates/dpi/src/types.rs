@@ -184,6 +184,18 @@ pub struct Scratch {
     pub http_request_ns: u64,
     /// irc.rs: what earlier packets showed, and the line each direction's last segment ended in.
     pub irc: IrcState,
+    /// http2.rs: the client preface so far and where the next frame header starts.
+    pub h2: H2State,
+}
+
+/// http2.rs: state between packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct H2State {
+    /// Bytes of the 24-byte client connection preface matched so far (cut over segments).
+    pub preface: u8,
+    /// Per direction (0 = client): bytes of the last frame still to come, after which the next
+    /// frame header starts.
+    pub beyond: [u32; 2],
 }
 
 /// irc.rs: state between packets.

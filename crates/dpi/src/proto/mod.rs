@@ -17,6 +17,7 @@ pub mod dhcp;
 pub mod dns;
 pub mod ftp;
 pub mod http;
+pub mod http2;
 pub mod irc;
 pub mod ldap;
 pub mod mail;
@@ -87,6 +88,7 @@ pub const DETECTORS: &[Detector] = &[
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
     tcp("smb", smb::detect),
+    tcp("http2", http2::detect),
     both("ldap", ldap::detect),
     tcp("mqtt", mqtt::detect),
     tcp("irc", irc::detect),
