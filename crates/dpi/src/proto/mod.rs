@@ -170,3 +170,128 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
 
 #[cfg(test)]
 pub(crate) mod testkit;
+
+/// The false-positive guard of the detectors added for IRC, LDAP, SMB, HTTP/2 and Tor: random
+/// payloads, alone or as three-packet flows, on random ports and on each protocol's own ports,
+/// are never claimed.
+#[cfg(test)]
+mod false_positives {
+    use super::testkit::{ends, Ends, Rng, L4};
+    use super::*;
+
+    const ROUNDS: usize = 20_000;
+
+    /// (name, detector, its own ports, transports).
+    fn detectors() -> Vec<(&'static str, testkit::Detect, &'static [u16], &'static [L4])> {
+        vec![
+            ("irc", irc::detect, &[6667, 6660, 194], &[L4::Tcp]),
+            ("ldap", ldap::detect, &[389, 3268], &[L4::Tcp, L4::Udp]),
+            ("smb", smb::detect, &[445, 139], &[L4::Tcp]),
+            ("http2", http2::detect, &[80, 8080, 50051], &[L4::Tcp]),
+        ]
+    }
+
+    /// Feeds `payloads` as one flow (stops at `No` or a final `Is`); true when claimed.
+    fn claims(detect: testkit::Detect, e: Ends, payloads: &[Vec<u8>], rng: &mut Rng) -> bool {
+        let mut f = Flow::default();
+        for (i, p) in payloads.iter().enumerate() {
+            let from_client = rng.below(2) == 0;
+            match detect(&e.pkt(p, from_client, i as u8), &mut f) {
+                Verdict::Is { .. } => return true,
+                Verdict::No => return false,
+                Verdict::Unsure => {}
+            }
+        }
+        false
+    }
+
+    fn ends_for(rng: &mut Rng, ports: &[u16], l4s: &[L4], round: usize) -> Ends {
+        let l4 = l4s[rng.below(l4s.len())];
+        let random = 1024 + rng.below(64000) as u16;
+        // Every other round on one of the protocol's ports, on either side.
+        let port = if round.is_multiple_of(2) {
+            ports[rng.below(ports.len())]
+        } else {
+            1 + rng.below(65535) as u16
+        };
+        if rng.below(2) == 0 {
+            ends(l4, random, port)
+        } else {
+            ends(l4, port, random)
+        }
+    }
+
+    #[test]
+    fn random_payloads_are_never_claimed() {
+        let mut rng = Rng::new(0x5eed_f00d);
+        for (name, detect, ports, l4s) in detectors() {
+            for round in 0..ROUNDS {
+                let e = ends_for(&mut rng, ports, l4s, round);
+                let n = 1 + 2 * (round % 2); // one packet, or three
+                let payloads: Vec<Vec<u8>> = (0..n)
+                    .map(|_| {
+                        let len = rng.below(300);
+                        rng.bytes(len)
+                    })
+                    .collect();
+                assert!(
+                    !claims(detect, e, &payloads, &mut rng),
+                    "{name} claimed {e:?} {payloads:02x?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn random_text_lines_are_not_irc() {
+        let mut rng = Rng::new(0x1ead_beef);
+        for round in 0..ROUNDS {
+            let e = ends_for(&mut rng, &[6667, 6665], &[L4::Tcp], round);
+            let n = 1 + 2 * (round % 2);
+            let payloads: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let mut p = Vec::new();
+                    for _ in 0..1 + rng.below(4) {
+                        let len = rng.below(80);
+                        p.extend((0..len).map(|_| 0x20 + rng.below(95) as u8));
+                        p.extend_from_slice(if rng.below(2) == 0 { b"\r\n" } else { b"\n" });
+                    }
+                    p
+                })
+                .collect();
+            assert!(
+                !claims(irc::detect, e, &payloads, &mut rng),
+                "irc claimed {e:?} {payloads:?}"
+            );
+            // Random words from IRC's own vocabulary in random order are not enough either,
+            // off the IRC ports.
+            let words: [&[u8]; 8] = [
+                b"NICK", b"USER", b"PASS", b"JOIN", b"PRIVMSG", b"x", b"#c", b":y",
+            ];
+            let mut p = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                p.extend_from_slice(words[rng.below(words.len())]);
+                if rng.below(3) == 0 {
+                    p.push(b' ');
+                    p.extend_from_slice(words[rng.below(words.len())]);
+                }
+                p.extend_from_slice(b"\r\n");
+            }
+            let odd = ends(L4::Tcp, 40000, 4000 + rng.below(1000) as u16);
+            assert!(!claims(irc::detect, odd, &[p.clone()], &mut rng), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn random_tls_names_are_not_tor() {
+        // Random lower-case names of the right shape but dictionary-like (no digit): not Tor.
+        let mut rng = Rng::new(0x70f0_70f0);
+        for _ in 0..ROUNDS {
+            let len = 8 + rng.below(18);
+            let name: String = (0..len)
+                .map(|_| (b'a' + rng.below(26) as u8) as char)
+                .collect();
+            assert!(!tor::is_tor_sni(&format!("www.{name}.com")), "{name}");
+        }
+    }
+}
