@@ -542,6 +542,37 @@ mod tests {
     }
 
     #[test]
+    fn ngircd_session() {
+        // Python's `irc` client (jaraco, 20.x) against ngircd 26.1 on 127.0.0.1:16667 (not an
+        // IRC port), recorded with tcpdump: NICK, USER, the welcome numerics, JOIN, PRIVMSG,
+        // the server relaying the JOIN, QUIT, ERROR.
+        let c = packets(include_str!("testdata/irc_ngircd.txt"));
+        let e = tcp(45000, 16667);
+        let (v, f) = run(e, &c);
+        assert_eq!(v, [Verdict::Unsure, Proto::IRC.is(true)]);
+        assert_eq!(f.meta.banner.as_deref(), Some("NICK alice"));
+        // Every server packet alone decides (numerics, a relayed `nick!user@host` line, a
+        // NOTICE to the nick then ERROR is not enough: no numeric, no relay, no AUTH).
+        let alone: Vec<bool> = c
+            .iter()
+            .map(|(client, b)| is_irc(&run(e, &vec![(*client, b.clone())]).0))
+            .collect();
+        assert_eq!(
+            alone,
+            [false, true, true, false, false, true, false, false, false]
+        );
+        // On the IRC port, the other lines decide too (not `QUIT`, which FTP and POP3 share).
+        let alone: Vec<bool> = c
+            .iter()
+            .map(|(client, b)| is_irc(&run(IRC, &vec![(*client, b.clone())]).0))
+            .collect();
+        assert_eq!(
+            alone,
+            [true, true, true, true, true, true, false, true, false]
+        );
+    }
+
+    #[test]
     fn server_side_first() {
         // The capture starts with the server's lines (old servers: `NOTICE AUTH`).
         for first in [
@@ -663,6 +694,7 @@ mod tests {
         Fuzz::new(&[IRC, ODD])
             .payloads(printable)
             .flow(registration())
+            .flow(packets(include_str!("testdata/irc_ngircd.txt")))
             .seeds([
                 b":irc.example.net 001 alice :Welcome\r\n".to_vec(),
                 b"@a=b :n!u@h PRIVMSG #c :x\r\n".to_vec(),
