@@ -18,7 +18,8 @@
 //!   middle);
 //! * on the IRC ports (194, 6660-6669) also any other valid client command with its
 //!   parameters (`NICK x`, `JOIN #chan`, `PRIVMSG #chan :text`, `PING :x`), except the words
-//!   other text protocols share (`PASS`, `QUIT`, `LIST`, `USER` without its four parameters).
+//!   other text protocols share (`PASS`, `QUIT`, `LIST`, `USER` without its four parameters)
+//!   and commands without parameters (`VERSION`, `TIME`).
 //!
 //! Anything else valid but undecided (a lone `PASS`, `PING` off the IRC ports, a line cut by
 //! the segment's end) waits for the next packets, up to [`MAX_UNSURE`] packets.
@@ -271,6 +272,9 @@ fn params_ok(l: &Line<'_>) -> bool {
         b"NICK" => is_nick(p0),
         b"JOIN" => p0 == b"0" || p0.split(|&c| c == b',').all(is_channel),
         b"PART" => p0.split(|&c| c == b',').all(is_channel),
+        // `INVITE nick #chan`, `KICK #chan nick` (SIP's `INVITE sip:… SIP/2.0` is not).
+        b"INVITE" => is_nick(p0) && is_channel(l.param(1)),
+        b"KICK" => p0.split(|&c| c == b',').all(is_channel) && is_nick(l.param(1)),
         b"PRIVMSG" | b"NOTICE" => {
             // Target: channel(s), nick(s), `nick@server`, `$mask`, `*`, or `AUTH`; the text is
             // the trailing parameter.
@@ -345,6 +349,8 @@ fn weight(l: &Line<'_>) -> Weight {
         }
         b"NICK" if l.prefix == Prefix::None => Weight::Nick,
         c if SHARED.contains(&c) => Weight::Shared,
+        // A lone word (`VERSION`, `TIME`, `INFO`) says too little.
+        _ if l.n == 0 => Weight::Shared,
         _ if l.prefix == Prefix::None => Weight::Port,
         // A server-prefixed command other than the above (`:srv PING :x`).
         _ => Weight::Port,
@@ -440,6 +446,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         None => None,
     };
     let Some(tail) = tail else {
+        f.scratch.irc.cut = Default::default();
         return if owner {
             Proto::IRC.is(true)
         } else {
@@ -456,6 +463,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         return Proto::IRC.is(final_banner);
     }
     if !cut_ok {
+        f.scratch.irc.cut = Default::default();
         return Verdict::No;
     }
     let on_port = is_irc_port(p.server_port) || is_irc_port(p.client_port);
@@ -468,6 +476,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         return Proto::IRC.is(final_banner);
     }
     if p.index + 1 >= MAX_UNSURE {
+        f.scratch.irc.cut = Default::default();
         return Verdict::No;
     }
     Verdict::Unsure
@@ -655,6 +664,8 @@ mod tests {
                 vec![(true, "INVITE sip:bob@example.com SIP/2.0\r\nVia: x\r\n")],
             ),
             (IRC, vec![(true, "nick alice\r\n")]),
+            (IRC, vec![(true, "INVITE sip:bob@example.com SIP/2.0\r\n")]),
+            (IRC, vec![(true, "VERSION\r\n"), (true, "TIME\r\n")]),
             (IRC, vec![(true, "NOTICE ,, :x\r\n")]),
             // Binary.
             (
