@@ -295,3 +295,56 @@ mod false_positives {
         }
     }
 }
+
+/// The new detectors inside the engine, with every other detector before and after them: each
+/// recorded conversation gets its label, and TLS offering ALPN `h2` stays TLS.
+#[cfg(test)]
+mod in_the_engine {
+    use super::testkit::{hex, packets, tcp, Conv, Ends};
+    use crate::{Dpi, DpiConfig, FlowDpi, Proto};
+
+    fn label(e: Ends, c: &Conv) -> FlowDpi {
+        let dpi = Dpi::new(DpiConfig::default()).unwrap();
+        let mut f = FlowDpi::default();
+        for (from_client, b) in c {
+            if dpi.inspect(&mut f, &e.pkt(b, *from_client, 0)) {
+                break;
+            }
+        }
+        f
+    }
+
+    #[test]
+    fn recorded_conversations() {
+        let irc = packets(include_str!("testdata/irc_ngircd.txt"));
+        let f = label(tcp(45000, 16667), &irc);
+        assert_eq!(f.l7.proto, Proto::IRC);
+        assert_eq!(f.meta.banner.as_deref(), Some("NICK alice"));
+
+        let ldap: Conv = vec![(true, hex("302c0201016027020103041a636e3d61646d696e2c64633d6578616d706c652c64633d6f72678006736563726574"))];
+        assert_eq!(label(tcp(40000, 389), &ldap).l7.proto, Proto::LDAP);
+
+        let h2c = packets(
+            "c 505249202a20485454502f322e300d0a0d0a534d0d0a0d0a00001204000000000000030000006400040200000000020000000000000408000000000001ff0001",
+        );
+        let f = label(tcp(32850, 80), &h2c);
+        assert_eq!(f.l7.proto, Proto::HTTP);
+        assert_eq!(
+            f.meta.http.as_ref().and_then(|h| h.version.as_deref()),
+            Some("h2c")
+        );
+
+        let tls = packets(include_str!("testdata/tls_firefox.txt"));
+        let f = label(tcp(51000, 8080), &tls);
+        assert_eq!(f.l7.proto, Proto::TLS);
+        assert!(f.meta.http.is_none());
+        assert_eq!(
+            f.meta.tls.as_ref().and_then(|t| t.alpn.as_deref()),
+            Some("h2,http/1.1")
+        );
+
+        let tor = packets(include_str!("testdata/tls_tor.txt"));
+        let f = label(tcp(51112, 443), &tor);
+        assert_eq!((f.l7.proto, f.l7.app), (Proto::TLS, Proto::TOR));
+    }
+}
