@@ -7,7 +7,7 @@
 //! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
 //! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
 //! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
-//! `rtp`, `utp_connection_id`, `http_tunnel_open`, the TLS and QUIC buffers).
+//! `rtp`, `utp_connection_id`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers).
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
