@@ -35,6 +35,8 @@ pub struct Http {
     /// Microseconds from the request's first packet to the response's status line (the
     /// server's think time plus one network round trip), 0 until both are seen.
     pub response_time_us: u32,
+    /// The HTTP version when it is not HTTP/1.x: `h2c` for HTTP/2 over cleartext TCP.
+    pub version: Option<String>,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -238,6 +240,7 @@ pub const FIELDS: &[Field] = &[
     f("HTTP_MIME", 15, "http", WireText, "", "HTTP response Content-Type", |m| text(&m.http.as_ref()?.content_type), |m, v| store(as_text(v), |s| sec(&mut m.http).content_type = Some(s))),
     f("HTTP_RET_CODE", 16, "http", Code, "", "HTTP response status", |m| nonzero(m.http.as_ref()?.status), |m, v| store(as_number(v), |n| sec(&mut m.http).status = n)),
     f("HTTP_RESPONSE_TIME_US", 17, "http", Duration, "µs", "HTTP request to response status line", |m| nonzero(m.http.as_ref()?.response_time_us), |m, v| store(as_number(v), |n| sec(&mut m.http).response_time_us = n)),
+    f("HTTP_VERSION", 18, "http", WireText, "", "HTTP version when not HTTP/1.x (h2c: HTTP/2 over cleartext TCP)", |m| text(&m.http.as_ref()?.version), |m, v| store(as_text(v), |s| sec(&mut m.http).version = Some(s))),
     f("TLS_SERVER_NAME", 21, "tls", WireText, "", "TLS SNI", |m| text(&m.tls.as_ref()?.sni), |m, v| store(as_text(v), |s| sec(&mut m.tls).sni = Some(s))),
     f("TLS_VERSION", 27, "tls", Code, "", "TLS version the client offered", |m| nonzero(m.tls.as_ref()?.client_version), |m, v| store(as_number(v), |n| sec(&mut m.tls).client_version = n)),
     f("TLS_SERVER_VERSION", 28, "tls", Code, "", "TLS version the server chose", |m| nonzero(m.tls.as_ref()?.server_version), |m, v| store(as_number(v), |n| sec(&mut m.tls).server_version = n)),

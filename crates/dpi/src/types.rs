@@ -192,6 +192,10 @@ pub struct Scratch {
     pub esp: [Option<(u32, u32)>; 2],
     /// openvpn.rs: the client's hard reset, or the P_DATA_V2 packets seen so far.
     pub openvpn: OpenVpnState,
+    /// irc.rs: what earlier packets showed, and the line each direction's last segment ended in.
+    pub irc: IrcState,
+    /// http2.rs: the client preface so far and where the next frame header starts.
+    pub h2: H2State,
 }
 
 /// tftp.rs: one TFTP packet of a transfer flow.
@@ -229,6 +233,26 @@ pub struct OpenVpnState {
     /// Bytes 4..8 of the last P_DATA_V2 packet (packet id or HMAC): a resent packet is not
     /// ciphertext.
     pub data_last: [u8; 4],
+}
+
+/// http2.rs: state between packets.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct H2State {
+    /// Bytes of the 24-byte client connection preface matched so far (cut over segments).
+    pub preface: u8,
+    /// Per direction (0 = client): bytes of the last frame still to come, after which the next
+    /// frame header starts.
+    pub beyond: [u32; 2],
+}
+
+/// irc.rs: state between packets.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct IrcState {
+    /// Flags (irc.rs `NICK_SEEN`, `BANNER_FINAL`).
+    pub bits: u8,
+    /// Per direction (0 = client): the start of a line cut by the end of the last segment, at
+    /// most one line (8 KiB with IRCv3 tags).
+    pub cut: [Vec<u8>; 2],
 }
 
 /// State of the text protocols (mail.rs, ftp.rs) between packets.

@@ -7,8 +7,8 @@
 //! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
 //! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
 //! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
-//! `rtp`, `utp_connection_id`, `http_tunnel_open`, the TLS and QUIC buffers, `tftp`,
-//! `wireguard`, `esp`, `openvpn`).
+//! `rtp`, `utp_connection_id`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers,
+//! `tftp`, `wireguard`, `esp`, `openvpn`).
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
@@ -18,8 +18,11 @@ pub mod dhcp;
 pub mod dns;
 pub mod ftp;
 pub mod http;
+pub mod http2;
 pub mod ipsec;
+pub mod irc;
 pub mod kerberos;
+pub mod ldap;
 pub mod mail;
 pub mod mqtt;
 pub mod netbios;
@@ -38,6 +41,7 @@ pub mod stun;
 pub mod syslog;
 pub mod tftp;
 pub mod tls;
+pub mod tor;
 pub mod wireguard;
 
 /// One detector and the transports it applies to.
@@ -103,7 +107,10 @@ pub const DETECTORS: &[Detector] = &[
     both("sip", sip::detect),
     tcp("rdp", rdp::detect),
     tcp("smb", smb::detect),
+    tcp("http2", http2::detect),
+    both("ldap", ldap::detect),
     tcp("mqtt", mqtt::detect),
+    tcp("irc", irc::detect),
     both("bittorrent", bittorrent::detect),
     udp("rtp", rtp::detect),
 ];
@@ -133,6 +140,8 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (5432, Proto::POSTGRES),
             (179, Proto::BGP),
             (389, Proto::LDAP),
+            (3268, Proto::LDAP),
+            (6667, Proto::IRC),
             (88, Proto::KERBEROS),
             (464, Proto::KERBEROS),
             (5060, Proto::SIP),
@@ -186,3 +195,181 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
 mod guard;
 #[cfg(test)]
 pub(crate) mod testkit;
+
+/// The false-positive guard of the detectors added for IRC, LDAP, SMB, HTTP/2 and Tor: random
+/// payloads, alone or as three-packet flows, on random ports and on each protocol's own ports,
+/// are never claimed.
+#[cfg(test)]
+mod false_positives {
+    use super::testkit::{ends, Ends, Rng, L4};
+    use super::*;
+
+    const ROUNDS: usize = 20_000;
+
+    /// (name, detector, its own ports, transports).
+    fn detectors() -> Vec<(&'static str, testkit::Detect, &'static [u16], &'static [L4])> {
+        vec![
+            ("irc", irc::detect, &[6667, 6660, 194], &[L4::Tcp]),
+            ("ldap", ldap::detect, &[389, 3268], &[L4::Tcp, L4::Udp]),
+            ("smb", smb::detect, &[445, 139], &[L4::Tcp]),
+            ("http2", http2::detect, &[80, 8080, 50051], &[L4::Tcp]),
+        ]
+    }
+
+    /// Feeds `payloads` as one flow (stops at `No` or a final `Is`); true when claimed.
+    fn claims(detect: testkit::Detect, e: Ends, payloads: &[Vec<u8>], rng: &mut Rng) -> bool {
+        let mut f = Flow::default();
+        for (i, p) in payloads.iter().enumerate() {
+            let from_client = rng.below(2) == 0;
+            match detect(&e.pkt(p, from_client, i as u8), &mut f) {
+                Verdict::Is { .. } => return true,
+                Verdict::No => return false,
+                Verdict::Unsure => {}
+            }
+        }
+        false
+    }
+
+    fn ends_for(rng: &mut Rng, ports: &[u16], l4s: &[L4], round: usize) -> Ends {
+        let l4 = l4s[rng.below(l4s.len())];
+        let random = 1024 + rng.below(64000) as u16;
+        // Every other round on one of the protocol's ports, on either side.
+        let port = if round.is_multiple_of(2) {
+            ports[rng.below(ports.len())]
+        } else {
+            1 + rng.below(65535) as u16
+        };
+        if rng.below(2) == 0 {
+            ends(l4, random, port)
+        } else {
+            ends(l4, port, random)
+        }
+    }
+
+    #[test]
+    fn random_payloads_are_never_claimed() {
+        let mut rng = Rng::new(0x5eed_f00d);
+        for (name, detect, ports, l4s) in detectors() {
+            for round in 0..ROUNDS {
+                let e = ends_for(&mut rng, ports, l4s, round);
+                let n = 1 + 2 * (round % 2); // one packet, or three
+                let payloads: Vec<Vec<u8>> = (0..n)
+                    .map(|_| {
+                        let len = rng.below(300);
+                        rng.bytes(len)
+                    })
+                    .collect();
+                assert!(
+                    !claims(detect, e, &payloads, &mut rng),
+                    "{name} claimed {e:?} {payloads:02x?}"
+                );
+            }
+        }
+    }
+
+    #[test]
+    fn random_text_lines_are_not_irc() {
+        let mut rng = Rng::new(0x1ead_beef);
+        for round in 0..ROUNDS {
+            let e = ends_for(&mut rng, &[6667, 6665], &[L4::Tcp], round);
+            let n = 1 + 2 * (round % 2);
+            let payloads: Vec<Vec<u8>> = (0..n)
+                .map(|_| {
+                    let mut p = Vec::new();
+                    for _ in 0..1 + rng.below(4) {
+                        let len = rng.below(80);
+                        p.extend((0..len).map(|_| 0x20 + rng.below(95) as u8));
+                        p.extend_from_slice(if rng.below(2) == 0 { b"\r\n" } else { b"\n" });
+                    }
+                    p
+                })
+                .collect();
+            assert!(
+                !claims(irc::detect, e, &payloads, &mut rng),
+                "irc claimed {e:?} {payloads:?}"
+            );
+            // Random words from IRC's own vocabulary in random order are not enough either,
+            // off the IRC ports.
+            let words: [&[u8]; 8] = [
+                b"NICK", b"USER", b"PASS", b"JOIN", b"PRIVMSG", b"x", b"#c", b":y",
+            ];
+            let mut p = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                p.extend_from_slice(words[rng.below(words.len())]);
+                if rng.below(3) == 0 {
+                    p.push(b' ');
+                    p.extend_from_slice(words[rng.below(words.len())]);
+                }
+                p.extend_from_slice(b"\r\n");
+            }
+            let odd = ends(L4::Tcp, 40000, 4000 + rng.below(1000) as u16);
+            assert!(!claims(irc::detect, odd, &[p.clone()], &mut rng), "{p:?}");
+        }
+    }
+
+    #[test]
+    fn random_tls_names_are_not_tor() {
+        // Random lower-case names of the right shape but dictionary-like (no digit): not Tor.
+        let mut rng = Rng::new(0x70f0_70f0);
+        for _ in 0..ROUNDS {
+            let len = 8 + rng.below(18);
+            let name: String = (0..len)
+                .map(|_| (b'a' + rng.below(26) as u8) as char)
+                .collect();
+            assert!(!tor::is_tor_sni(&format!("www.{name}.com")), "{name}");
+        }
+    }
+}
+
+/// The new detectors inside the engine, with every other detector before and after them: each
+/// recorded conversation gets its label, and TLS offering ALPN `h2` stays TLS.
+#[cfg(test)]
+mod in_the_engine {
+    use super::testkit::{hex, packets, tcp, Conv, Ends};
+    use crate::{Dpi, DpiConfig, FlowDpi, Proto};
+
+    fn label(e: Ends, c: &Conv) -> FlowDpi {
+        let dpi = Dpi::new(DpiConfig::default()).unwrap();
+        let mut f = FlowDpi::default();
+        for (from_client, b) in c {
+            if dpi.inspect(&mut f, &e.pkt(b, *from_client, 0)) {
+                break;
+            }
+        }
+        f
+    }
+
+    #[test]
+    fn recorded_conversations() {
+        let irc = packets(include_str!("testdata/irc_ngircd.txt"));
+        let f = label(tcp(45000, 16667), &irc);
+        assert_eq!(f.l7.proto, Proto::IRC);
+        assert_eq!(f.meta.banner.as_deref(), Some("NICK alice"));
+
+        let ldap: Conv = vec![(true, hex("302c0201016027020103041a636e3d61646d696e2c64633d6578616d706c652c64633d6f72678006736563726574"))];
+        assert_eq!(label(tcp(40000, 389), &ldap).l7.proto, Proto::LDAP);
+
+        let h2c = packets(
+            "c 505249202a20485454502f322e300d0a0d0a534d0d0a0d0a00001204000000000000030000006400040200000000020000000000000408000000000001ff0001",
+        );
+        let f = label(tcp(32850, 80), &h2c);
+        assert_eq!(f.l7.proto, Proto::HTTP);
+        assert_eq!(
+            f.meta.http.as_ref().and_then(|h| h.version.as_deref()),
+            Some("h2c")
+        );
+
+        let tls = packets(include_str!("testdata/tls_firefox.txt"));
+        let f = label(tcp(51000, 8080), &tls);
+        assert_eq!(f.l7.proto, Proto::TLS);
+        assert!(f.meta.http.is_none());
+        assert_eq!(
+            f.meta.tls.as_ref().and_then(|t| t.alpn.as_deref()),
+            Some("h2,http/1.1")
+        );
+
+        let tor = packets(include_str!("testdata/tls_tor.txt"));
+        let f = label(tcp(51112, 443), &tor);
+        assert_eq!((f.l7.proto, f.l7.app), (Proto::TLS, Proto::TOR));
+    }
+}

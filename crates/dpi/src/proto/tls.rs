@@ -275,6 +275,11 @@ fn client_messages(f: &mut Flow) -> bool {
         return true;
     }
     let ok = parse_client_hello(body, false, &mut f.meta);
+    let sni = f.meta.tls.as_ref().and_then(|t| t.sni.as_deref());
+    if ok && sni.is_some_and(super::tor::is_tor_sni) {
+        // Tor's link handshake: nDPI's `TLS.Tor`.
+        f.l7.app = Proto::TOR;
+    }
     let b = &mut f.scratch.tls[0];
     set_flags(b, ST_HELLO | ST_DONE);
     b.truncate(HDR);
@@ -954,6 +959,32 @@ mod tests {
         assert_eq!(t.cipher, 0x1303); // TLS_CHACHA20_POLY1305_SHA256
         assert_eq!(t.alpn, None);
         assert_eq!(t.cert_names, None);
+    }
+
+    #[test]
+    fn tor_link_handshake() {
+        // tor.pcap, 192.168.1.252:51112 -> 38.229.70.53:443 (nDPI: 91.163/TLS.Tor): the
+        // ClientHello names www.q4cyamnc6mtokjurvdclt.com.
+        let p = packets(include_str!("testdata/tls_tor.txt"));
+        let mut f = Flow::default();
+        let v = run(&p, &mut f);
+        assert!(matches!(
+            v.last(),
+            Some(Verdict::Is {
+                proto: Proto::TLS,
+                ..
+            })
+        ));
+        assert_eq!(f.l7.app, Proto::TOR);
+        assert_eq!(
+            tls(&f).sni.as_deref(),
+            Some("www.q4cyamnc6mtokjurvdclt.com")
+        );
+        // An ordinary name stays plain TLS.
+        let p = packets(include_str!("testdata/tls_firefox.txt"));
+        let mut f = Flow::default();
+        run(&p, &mut f);
+        assert_eq!(f.l7.app, Proto::UNKNOWN);
     }
 
     #[test]
