@@ -221,6 +221,7 @@ protos! {
     GITHUB = 203, "Github", Collaborative;
     REDDIT = 205, "Reddit", SocialNetwork;
     WIREGUARD = 206, "WireGuard", Vpn;
+    DNSCRYPT = 208, "DNScrypt", Network;
     INSTAGRAM = 211, "Instagram", SocialNetwork;
     MICROSOFT = 212, "Microsoft", Cloud;
     TEREDO = 214, "Teredo", Network;

@@ -175,8 +175,11 @@ pub struct Scratch {
     pub text: TextState,
     /// rtp.rs: the first packet of a pair.
     pub rtp: Option<RtpFirst>,
-    /// bittorrent.rs: the connection id of the flow's first uTP packet.
-    pub utp_connection_id: Option<u16>,
+    /// mqtt.rs: what a flow joined after its CONNECT showed so far (`mqtt.rs` `PING_*`,
+    /// `PUBLISHED`).
+    pub mqtt: u8,
+    /// bittorrent.rs: the flow's first uTP packet, which the next one must follow up.
+    pub utp: Option<UtpFirst>,
     /// http.rs: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by the TLS
     /// detector (its SNI and fingerprints), the label stays HTTP_Connect.
     pub http_tunnel_open: bool,
@@ -275,6 +278,16 @@ pub struct TextState {
     /// Owner only: STARTTLS was accepted; the TLS handshake that follows goes to the TLS
     /// detector for its metadata (SNI, JA3, certificate), under the SMTPS/POPS/IMAPS label.
     pub tls_follows: bool,
+}
+
+/// bittorrent.rs: the header fields of a flow's first uTP packet.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct UtpFirst {
+    pub from_client: bool,
+    pub connection_id: u16,
+    /// The sender's clock in microseconds.
+    pub timestamp_us: u32,
+    pub seq: u16,
 }
 
 /// rtp.rs: the first RTP or RTCP packet of a pair (the second must match it).

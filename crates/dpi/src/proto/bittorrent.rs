@@ -4,14 +4,18 @@
 //!   `d1:ad2:id20:…e1:q4:ping1:t2:aa1:y1:qe` with its `1:y1:q`/`1:y1:r`/`1:y1:e` key; a UDP
 //!   tracker connect request (BEP 15, magic 0x41727101980).
 //! * UDP, uTP (BEP 29): a 20-byte header with version 1, type 0..=4, extension 0..=2 (the
-//!   extension chain inside the payload). A header this loose is accepted only when a second
-//!   packet (either direction) carries the same connection id or one off by one (the two
-//!   sides use `id` and `id + 1`), or when the uTP data is a peer handshake.
+//!   extension chain inside the payload). A header this loose is accepted only when the uTP
+//!   data is a peer handshake, or when a second packet follows the first up as uTP's state
+//!   machine does: the same connection id or one off by one (the two sides use `id` and
+//!   `id + 1`), and then from the same side a later timestamp (microseconds, under 30 s on)
+//!   and a sequence number at most 64 on, or from the other side an acknowledgement within
+//!   64 of the first packet's sequence number. Other UDP media with a constant first word
+//!   (Zoom, Steam pings) repeat their timestamp or do not acknowledge.
 //!
-//! `Scratch::utp_connection_id` holds the first uTP packet's connection id.
+//! `Scratch::utp` holds the first uTP packet's header fields.
 
 use crate::ids::Proto;
-use crate::types::{Flow, Pkt, Verdict, L4};
+use crate::types::{Flow, Pkt, UtpFirst, Verdict, L4};
 
 const HANDSHAKE: &[u8] = b"\x13BitTorrent protocol";
 /// BEP 15 connect request: protocol id 0x41727101980, action 0 (connect).
@@ -41,6 +45,37 @@ fn is_dht(d: &[u8]) -> bool {
         && d.get(1).is_some_and(u8::is_ascii_digit)
         && d.get(2) == Some(&b':')
         && (contains(d, b"1:y1:q") || contains(d, b"1:y1:r") || contains(d, b"1:y1:e"))
+}
+
+/// Timestamp, sequence and acknowledgement numbers of a uTP header (BEP 29 layout:
+/// type/version, extension, connection id, timestamp, timestamp difference, window, seq, ack).
+fn utp_numbers(d: &[u8]) -> Option<(u32, u16, u16)> {
+    let ts = u32::from_be_bytes(d.get(4..8)?.try_into().ok()?);
+    let seq = u16::from_be_bytes(d.get(16..18)?.try_into().ok()?);
+    let ack = u16::from_be_bytes(d.get(18..20)?.try_into().ok()?);
+    Some((ts, seq, ack))
+}
+
+/// Largest step between the numbers of two packets of one uTP connection early in a flow.
+const UTP_STEP: u16 = 64;
+/// Largest gap between the timestamps of a side's two packets (30 s in microseconds).
+const UTP_CLOCK_STEP: u32 = 30_000_000;
+
+/// True when `b` follows `a` up as the same uTP connection would.
+fn utp_follows(a: &UtpFirst, b_from_client: bool, b_conn: u16, b: (u32, u16, u16)) -> bool {
+    let (ts, seq, ack) = b;
+    let same_id = b_conn == a.connection_id
+        || b_conn == a.connection_id.wrapping_add(1)
+        || a.connection_id == b_conn.wrapping_add(1);
+    if !same_id {
+        return false;
+    }
+    if b_from_client == a.from_client {
+        let dt = ts.wrapping_sub(a.timestamp_us);
+        dt != 0 && dt < UTP_CLOCK_STEP && seq.wrapping_sub(a.seq) <= UTP_STEP
+    } else {
+        ack.wrapping_sub(a.seq) <= UTP_STEP || a.seq.wrapping_sub(ack) <= UTP_STEP
+    }
 }
 
 /// A uTP header: returns (connection id, offset of the data after the extensions).
@@ -106,13 +141,22 @@ fn utp(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     {
         return Proto::BITTORRENT.is(true);
     }
-    if let Some(other) = f.scratch.utp_connection_id {
-        if conn == other || conn == other.wrapping_add(1) || other == conn.wrapping_add(1) {
-            return Proto::BITTORRENT.is(true);
-        }
+    let Some(numbers) = utp_numbers(d) else {
         return Verdict::No;
+    };
+    if let Some(first) = f.scratch.utp {
+        return if utp_follows(&first, p.from_client, conn, numbers) {
+            Proto::BITTORRENT.is(true)
+        } else {
+            Verdict::No
+        };
     }
-    f.scratch.utp_connection_id = Some(conn);
+    f.scratch.utp = Some(UtpFirst {
+        from_client: p.from_client,
+        connection_id: conn,
+        timestamp_us: numbers.0,
+        seq: numbers.1,
+    });
     Verdict::Unsure
 }
 
@@ -162,7 +206,7 @@ mod tests {
             detect(&ends(L4::Udp, 52888, 38305).pkt(&hex(SYN), true, 0), &mut f),
             Verdict::Unsure
         );
-        assert_eq!(f.scratch.utp_connection_id, Some(0x4567));
+        assert_eq!(f.scratch.utp.map(|u| u.connection_id), Some(0x4567));
         assert_eq!(
             detect(
                 &ends(L4::Udp, 52888, 38305).pkt(&hex(STATE), false, 1),
@@ -227,6 +271,26 @@ mod tests {
             ),
             Verdict::No
         );
+        // zoom2.pcap (nDPI 4.2's tests), port 8801: two media packets from one side whose
+        // first 20 bytes read as uTP DATA with one connection id, but the same timestamp.
+        let zoom = |last: &str| {
+            hex(&format!(
+                "010003c24258b6dc9c5da4e7b0c3c4b1a8b4ba0000000000000002006f64{last}"
+            ))
+        };
+        let mut f = Flow::default();
+        let e = ends(L4::Udp, 57953, 8801);
+        assert_eq!(
+            detect(&e.pkt(&zoom("3b"), true, 0), &mut f),
+            Verdict::Unsure
+        );
+        assert_eq!(detect(&e.pkt(&zoom("a1"), true, 1), &mut f), Verdict::No);
+        // The same side's next packet with a later clock, but 1000 sequence numbers on.
+        let mut f = Flow::default();
+        let syn = hex("4100530210eeb2f00000000000000000e7f50000");
+        let far = hex("0100530310f0687609f1291700100000ebdd49c6");
+        assert_eq!(detect(&e.pkt(&syn, true, 0), &mut f), Verdict::Unsure);
+        assert_eq!(detect(&e.pkt(&far, true, 1), &mut f), Verdict::No);
         // Bencoded but not KRPC; an RTP packet; TLS over TCP; DHT bytes over TCP.
         let mut f = Flow::default();
         assert_eq!(

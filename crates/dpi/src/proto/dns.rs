@@ -266,6 +266,12 @@ fn read_answers(msg: &[u8], h: &Header, dns: &mut Dns) {
     }
 }
 
+/// `2.dnscrypt-cert.…` (any case): the name DNSCrypt v2 certificates are published under.
+fn is_dnscrypt_cert(name: &[u8]) -> bool {
+    const PREFIX: &[u8] = b"2.dnscrypt-cert.";
+    name.len() > PREFIX.len() && name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+}
+
 pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     let msg = p.payload;
     if p.l4 != L4::Udp || msg.len() < 17 {
@@ -284,10 +290,24 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
             Verdict::No
         };
     };
-    if port_proto.is_none() && !(m.exact && m.has_question && m.h.opcode == 0 && !netbios(p, &m)) {
+    // DNSCrypt's clients fetch the resolver's certificate as a TXT record named
+    // `2.dnscrypt-cert.<provider>` over plain DNS, before the encrypted queries; the name is
+    // enough even when the message is cut (the padded query is often IP-fragmented).
+    let dnscrypt = m.has_question
+        && m.h.opcode == 0
+        && port_proto.is_none_or(|p| p == Proto::DNS)
+        && is_dnscrypt_cert(&m.name[..m.name_len]);
+    if port_proto.is_none()
+        && !dnscrypt
+        && !(m.exact && m.has_question && m.h.opcode == 0 && !netbios(p, &m))
+    {
         return Verdict::No;
     }
-    let proto = port_proto.unwrap_or(Proto::DNS);
+    let proto = if dnscrypt {
+        Proto::DNSCRYPT
+    } else {
+        port_proto.unwrap_or(Proto::DNS)
+    };
     if owned {
         // We own the flow: waiting for the response to the query already recorded.
         if !m.h.response {
@@ -329,6 +349,39 @@ mod tests {
     const R_WA: &str = "784381800001000800000000026537087768617473617070036e65740000010001c00c00010001000001eb0004a92ddbebc00c00010001000001eb0004a92f288ec00c00010001000001eb0004a92df879c00c00010001000001eb00046ca8b0eac00c00010001000001eb0004a92df8bdc00c00010001000001eb0004a92df8b4c00c00010001000001eb0004a935514fc00c00010001000001eb0004a92ddbe8";
     // dns.pcap frame 1: a response seen first (AAAA www.l.google.com, no answers).
     const R_GOOGLE: &str = "dca28180000100000000000003777777016c06676f6f676c6503636f6d00001c0001";
+
+    #[test]
+    fn dnscrypt_certificate_queries() {
+        // A TXT query for 2.dnscrypt-cert.example.org, on 443 and on 53, whole and cut short
+        // (an IP fragment of a padded query); the same name on mDNS stays mDNS.
+        let mut q = hex("12340100000100000000000001320d646e7363727970742d6365727407");
+        q.extend(b"example\x03org\x00\x00\x10\x00\x01");
+        // The cut one claims an additional record (EDNS padding) that is not there.
+        let mut cut = q.clone();
+        cut[11] = 1;
+        for (port, msg) in [(443, &q[..]), (53, &q[..]), (443, &cut[..])] {
+            let mut f = Flow::default();
+            assert_eq!(
+                detect(&udp(40000, port).pkt(msg, true, 0), &mut f),
+                Proto::DNSCRYPT.is(false),
+                "port {port}, {} bytes",
+                msg.len()
+            );
+        }
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(5353, 5353).pkt(&q, true, 0), &mut f),
+            Proto::MDNS.is(true)
+        );
+        // Not the certificate name: an ordinary query on 443 cut short is not claimed.
+        let mut other = cut.clone();
+        other[13] = b'3';
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(40000, 443).pkt(&other, true, 0), &mut f),
+            Verdict::No
+        );
+    }
 
     #[test]
     fn query_then_response() {

@@ -6,9 +6,8 @@
 //! a port guess would call it QUIC. Everything is encrypted except two things the specification
 //! fixes: a response starts with the resolver magic `r6fnvWj8`, and a query is
 //! `client-magic (8) | client public key (32) | client nonce half (12) | ciphertext`, where the
-//! ciphertext is the query padded to a multiple of 64 bytes (at least 256 over UDP) plus a
-//! 16-byte authenticator. So a client packet can only make the flow a candidate (its length
-//! must fit); the response's magic decides. Over TCP each message has a 2-byte length prefix.
+//! ciphertext is the padded query plus a 16-byte authenticator. So a client packet can only
+//! make the flow a candidate (it must be long enough); the response's magic decides. Over TCP each message has a 2-byte length prefix.
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
@@ -33,13 +32,11 @@ fn message<'a>(p: &Pkt<'a>) -> Option<&'a [u8]> {
     }
 }
 
-/// A query's length fits: the padded plaintext is a multiple of 64 bytes (≥ 256 over UDP).
-fn query_fits(m: &[u8], l4: L4) -> bool {
-    let Some(padded) = m.len().checked_sub(QUERY_HEADER + TAG) else {
-        return false;
-    };
-    let min = if l4 == L4::Udp { 256 } else { 64 };
-    padded >= min && padded % 64 == 0
+/// A query is long enough for its header, tag and a padded query (at least 64 bytes; the
+/// exact padding rule differs between versions and clients, and IP fragmentation cuts the
+/// datagram, so it is not checked).
+fn query_fits(m: &[u8]) -> bool {
+    m.len() >= QUERY_HEADER + TAG + 64
 }
 
 pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
@@ -48,7 +45,7 @@ pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     };
     if p.from_client {
         // Only the length can be checked; the response decides (a few packets at most).
-        if query_fits(m, p.l4) && p.index < 4 {
+        if query_fits(m) && p.index < 4 {
             Verdict::Unsure
         } else {
             Verdict::No
@@ -80,8 +77,7 @@ mod tests {
     #[test]
     fn query_then_response() {
         for (ends, framing) in [(udp(40000, 443), 0), (tcp(40000, 443), 2)] {
-            let l4 = ends.l4;
-            let min = if l4 == L4::Udp { 256 } else { 64 };
+            let min = if ends.l4 == L4::Udp { 256 } else { 64 };
             let frame = |mut m: Vec<u8>| {
                 if framing == 2 {
                     let mut f = (m.len() as u16).to_be_bytes().to_vec();
@@ -106,8 +102,8 @@ mod tests {
     fn not_dnscrypt() {
         let mut f = Flow::default();
         let e = udp(40000, 443);
-        // A query whose padding is not a multiple of 64, or below 256 bytes over UDP.
-        for len in [QUERY_HEADER + 256 + TAG + 1, QUERY_HEADER + 192 + TAG, 20] {
+        // A query too short to hold its header, tag and a padded query.
+        for len in [QUERY_HEADER + TAG + 63, 20] {
             assert_eq!(detect(&e.pkt(&query(len), true, 0), &mut f), Verdict::No);
         }
         // A response without the magic, or too short to hold a DNS message.

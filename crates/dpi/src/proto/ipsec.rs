@@ -1,6 +1,7 @@
 //! IPsec key exchange and NAT traversal over UDP: IKEv2 (RFC 7296, IKE_INTERMEDIATE RFC
 //! 9242) and IKEv1/ISAKMP (RFC 2408, 2409) on port 500; on port 4500 (RFC 3948) the same
-//! behind a four-zero-byte non-ESP marker, ESP-in-UDP, and the one-byte NAT keepalive 0xff.
+//! behind a four-zero-byte non-ESP marker and ESP-in-UDP; the one-byte NAT keepalive 0xff is
+//! passed over (anything could send one byte).
 //!
 //! Why: IPsec VPNs. The IKE header (28 bytes) is checked strictly: a non-zero initiator SPI,
 //! major version 1 or 2 (minor 0), an exchange type valid for that version, no reserved flag
@@ -99,7 +100,9 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         return Verdict::No;
     }
     match b {
-        [0xff] => return Proto::IPSEC.is(true),
+        // A NAT keepalive is one byte anything could send: it leaves the flow to the next
+        // packet (a flow of keepalives only gets the port guess, IPSec).
+        [0xff] => return Verdict::Unsure,
         [0, 0, 0, 0, ike_msg @ ..] => {
             return if ike(ike_msg) {
                 Proto::IPSEC.is(true)
@@ -173,11 +176,21 @@ mod tests {
             (hex(SA_INIT_RESP), udp(10500, 500)),
             (v1_main_mode(), udp(500, 500)),
             (auth(), udp(14500, 4500)),
-            (vec![0xff], udp(14500, 4500)),
         ] {
             let mut f = Flow::default();
             assert_eq!(detect(&e.pkt(&b, true, 0), &mut f), Proto::IPSEC.is(true));
         }
+    }
+
+    #[test]
+    fn keepalive_waits_for_the_next_packet() {
+        let e = udp(14500, 4500);
+        let mut f = Flow::default();
+        let conv = vec![(true, vec![0xff]), (true, auth())];
+        assert_eq!(
+            feed(detect, e, &mut f, &conv),
+            vec![Verdict::Unsure, Proto::IPSEC.is(true)]
+        );
     }
 
     #[test]

@@ -53,6 +53,16 @@ pub(crate) fn contains_ci(hay: &[u8], needle: &[u8]) -> bool {
         .any(|w| w.eq_ignore_ascii_case(needle))
 }
 
+/// A POP3 status line: `+OK` or `-ERR` as a word, a line of text (no control bytes) and its
+/// end (CR LF or LF) in the packet.
+fn pop3_status(d: &[u8], status: &[u8]) -> bool {
+    let line = first_line(d);
+    is_cmd(d, status)
+        && line.iter().all(|&b| b == b'\t' || !b.is_ascii_control())
+        && matches!(d.get(line.len()..line.len() + 2), Some(b"\r\n"))
+            | matches!(d.get(line.len()), Some(b'\n'))
+}
+
 /// True when `d` starts with the command `cmd` followed by a space, CR, LF or the end of the
 /// payload (so `USER` matches `USER bob\r\n` and `USER\r\n` but not `USERS`).
 pub(crate) fn is_cmd(d: &[u8], cmd: &[u8]) -> bool {
@@ -244,9 +254,9 @@ pub fn detect_pop3(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         if first != b'+' && first != b'-' {
             return Verdict::No;
         }
-        let greeting = p.index == 0 && starts_with_ci(d, b"+OK");
+        let greeting = p.index == 0 && pop3_status(d, b"+OK");
         let answer = (st.client_user || st.client_pop3)
-            && (starts_with_ci(d, b"+OK") || starts_with_ci(d, b"-ERR"));
+            && (pop3_status(d, b"+OK") || pop3_status(d, b"-ERR"));
         if greeting || answer {
             if greeting {
                 set_banner(f, first_line(d));

@@ -7,7 +7,7 @@
 //! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
 //! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
 //! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
-//! `rtp`, `utp_connection_id`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers,
+//! `rtp`, `utp`, `mqtt`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers,
 //! `tftp`, `wireguard`, `esp`, `openvpn`).
 
 use crate::ids::Proto;
@@ -16,6 +16,7 @@ use crate::types::{Flow, Pkt, Verdict, L4};
 pub mod bittorrent;
 pub mod dhcp;
 pub mod dns;
+pub mod dnscrypt;
 pub mod ftp;
 pub mod http;
 pub mod http2;
@@ -111,6 +112,7 @@ pub const DETECTORS: &[Detector] = &[
     both("ldap", ldap::detect),
     tcp("mqtt", mqtt::detect),
     tcp("irc", irc::detect),
+    both("dnscrypt", dnscrypt::detect),
     both("bittorrent", bittorrent::detect),
     udp("rtp", rtp::detect),
 ];
@@ -371,5 +373,62 @@ mod in_the_engine {
         let tor = packets(include_str!("testdata/tls_tor.txt"));
         let f = label(tcp(51112, 443), &tor);
         assert_eq!((f.l7.proto, f.l7.app), (Proto::TLS, Proto::TOR));
+    }
+}
+
+/// The whole detector list as the engine runs it: random payloads, one to four packets in
+/// either direction, on random ports and on the ports the port guesses name, are never
+/// labelled from the payload (the engine's Dpi confidence), whichever detector would claim them.
+#[cfg(test)]
+mod whole_engine_guard {
+    use super::testkit::{ends, Rng, L4};
+    use crate::{Confidence, Dpi, DpiConfig, FlowDpi};
+
+    const ROUNDS: usize = 30_000;
+    const BUSY_PORTS: [u16; 24] = [
+        443, 80, 53, 22, 25, 110, 143, 21, 123, 161, 3478, 5060, 3389, 445, 139, 1883, 6667, 389,
+        88, 514, 69, 500, 4500, 1194,
+    ];
+
+    #[test]
+    fn random_flows_are_never_labelled_from_the_payload() {
+        let dpi = Dpi::new(DpiConfig::default()).unwrap();
+        // SONDE_GUARD_SEED and SONDE_GUARD_ROUNDS run it longer by hand (tests/FUZZING.md).
+        let env = |name: &str| {
+            std::env::var(name)
+                .ok()
+                .and_then(|v| v.parse::<usize>().ok())
+        };
+        let mut rng = Rng::new(env("SONDE_GUARD_SEED").map_or(0x9e37_79b9, |s| s as u64));
+        let rounds = env("SONDE_GUARD_ROUNDS").unwrap_or(ROUNDS);
+        for round in 0..rounds {
+            let l4 = if rng.below(2) == 0 { L4::Udp } else { L4::Tcp };
+            let client = 1024 + rng.below(64000) as u16;
+            let server = if round % 2 == 0 {
+                BUSY_PORTS[rng.below(BUSY_PORTS.len())]
+            } else {
+                1 + rng.below(65535) as u16
+            };
+            let e = ends(l4, client, server);
+            let mut f = FlowDpi::default();
+            let mut sent = Vec::new();
+            for _ in 0..1 + rng.below(4) {
+                let len = 1 + rng.below(400);
+                let payload = rng.bytes(len);
+                let from_client = rng.below(2) == 0;
+                let done = dpi.inspect(&mut f, &e.pkt(&payload, from_client, 0));
+                sent.push((from_client, payload));
+                assert_ne!(
+                    f.l7.confidence,
+                    Confidence::Dpi,
+                    "{:?} labelled {:?} from random payloads {sent:02x?}",
+                    f.l7.proto,
+                    e
+                );
+                if done {
+                    break;
+                }
+            }
+        }
     }
 }

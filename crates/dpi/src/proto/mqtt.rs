@@ -5,9 +5,23 @@
 //! header `0x10`, a remaining length of one to four varint bytes, then the protocol name and
 //! level, which together are distinctive. A flow seen from the server's CONNACK on (`20 02 ..`,
 //! four bytes) is claimed only on the MQTT ports 1883/8883, since those bytes alone are weak.
+//!
+//! A capture can also join a long-lived session after its CONNECT, where only keep-alives and
+//! publishes pass: a PINGREQ (`c0 00`) answered by a PINGRESP (`d0 00`) from the other side
+//! is MQTT on any port; a PUBLISH (fixed header `0x3X` with a valid QoS, a remaining length
+//! that fits the packet, then a topic of printable UTF-8 without wildcards) is enough on the
+//! MQTT ports, and elsewhere when the flow's next payload packet is MQTT too (another PUBLISH,
+//! a PUBACK or a PINGREQ/PINGRESP).
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
+
+/// `Scratch::mqtt` bits: a PINGREQ came from the client / the server side; a PUBLISH was seen.
+const PING_CLIENT: u8 = 0x01;
+const PING_SERVER: u8 = 0x02;
+const PUBLISHED: u8 = 0x04;
+/// Payload packets a mid-session flow may take to show its second MQTT packet.
+const MID_SESSION_PACKETS: u8 = 4;
 
 /// Decodes the remaining-length varint starting at `b[1]`; returns (value, header length).
 fn remaining_length(b: &[u8]) -> Option<(usize, usize)> {
@@ -47,14 +61,76 @@ fn connack(p: &Pkt<'_>) -> bool {
         && matches!(p.payload, [0x20, 0x02, 0 | 1, 0..=5])
 }
 
-pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
+/// A PUBLISH message starting the packet: QoS 0..=2, the remaining length within what a
+/// segment can be followed by, a topic that fits and reads as a topic name.
+fn publish(b: &[u8]) -> bool {
+    let Some(&b0) = b.first() else {
+        return false;
+    };
+    let qos = (b0 >> 1) & 3;
+    if b0 & 0xf0 != 0x30 || qos == 3 {
+        return false;
+    }
+    let Some((len, hdr)) = remaining_length(b) else {
+        return false;
+    };
+    let Some(&[hi, lo]) = b.get(hdr..hdr + 2) else {
+        return false;
+    };
+    let topic_len = usize::from(u16::from_be_bytes([hi, lo]));
+    let id_len = if qos > 0 { 2 } else { 0 };
+    if topic_len == 0 || 2 + topic_len + id_len > len {
+        return false;
+    }
+    let Some(topic) = b.get(hdr + 2..hdr + 2 + topic_len) else {
+        return false;
+    };
+    std::str::from_utf8(topic).is_ok_and(|t| {
+        t.chars()
+            .all(|c| !c.is_control() && c != '+' && c != '#' && c != '\0')
+    })
+}
+
+/// A flow joined after its CONNECT: keep-alives and publishes.
+fn mid_session(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
+    let st = f.scratch.mqtt;
+    let b = p.payload;
+    let (mine, theirs) = if p.from_client {
+        (PING_CLIENT, PING_SERVER)
+    } else {
+        (PING_SERVER, PING_CLIENT)
+    };
+    let verdict = match b {
+        [0xd0, 0x00] if st & theirs != 0 => return Proto::MQTT.is(true),
+        [0xc0, 0x00] => {
+            f.scratch.mqtt |= mine;
+            Verdict::Unsure
+        }
+        // PUBACK (4 bytes) after a PUBLISH.
+        [0x40, 0x02, _, _] if st & PUBLISHED != 0 => return Proto::MQTT.is(true),
+        _ if publish(b) => {
+            if st & PUBLISHED != 0 || p.has_port(1883) || p.has_port(8883) {
+                return Proto::MQTT.is(true);
+            }
+            f.scratch.mqtt |= PUBLISHED;
+            Verdict::Unsure
+        }
+        _ => Verdict::No,
+    };
+    if verdict == Verdict::Unsure && p.index >= MID_SESSION_PACKETS {
+        return Verdict::No;
+    }
+    verdict
+}
+
+pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     if p.l4 != L4::Tcp {
         return Verdict::No;
     }
     let ok = match p.payload.first() {
-        Some(0x10) => connect(p.payload),
-        Some(0x20) => connack(p),
-        _ => false,
+        Some(0x10) if p.index == 0 => connect(p.payload),
+        Some(0x20) if p.index == 0 && connack(p) => true,
+        _ => return mid_session(p, f),
     };
     if ok {
         Proto::MQTT.is(true)
@@ -126,6 +202,57 @@ mod tests {
                 Verdict::No
             );
         }
+    }
+
+    #[test]
+    fn joined_mid_session() {
+        // coap_mqtt.pcap (nDPI 4.2's tests), port 17501: PINGREQ then PINGRESP.
+        let e = tcp(53523, 17501);
+        let mut f = Flow::default();
+        assert_eq!(detect(&e.pkt(&[0xc0, 0], true, 0), &mut f), Verdict::Unsure);
+        assert_eq!(
+            detect(&e.pkt(&[0xd0, 0], false, 1), &mut f),
+            Proto::MQTT.is(true)
+        );
+        // A PINGRESP from the side that sent the PINGREQ is not an answer.
+        let mut f = Flow::default();
+        assert_eq!(detect(&e.pkt(&[0xc0, 0], true, 0), &mut f), Verdict::Unsure);
+        assert_eq!(detect(&e.pkt(&[0xd0, 0], true, 1), &mut f), Verdict::No);
+        // PUBLISH QoS 0, topic "sensors/t1", payload "21.5": enough on 1883, and elsewhere
+        // with a second one.
+        let mut publish = vec![0x30, 16, 0, 10];
+        publish.extend(b"sensors/t121.5");
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&tcp(41000, 1883).pkt(&publish, false, 0), &mut f),
+            Proto::MQTT.is(true)
+        );
+        let mut f = Flow::default();
+        assert_eq!(detect(&e.pkt(&publish, false, 0), &mut f), Verdict::Unsure);
+        assert_eq!(
+            detect(&e.pkt(&publish, false, 1), &mut f),
+            Proto::MQTT.is(true)
+        );
+        // A topic with a wildcard or a control character, a topic longer than the message,
+        // QoS 3; HTTP text after a PINGREQ.
+        let mut wild = publish.clone();
+        wild[8] = b'#';
+        let mut ctl = publish.clone();
+        ctl[8] = 0x01;
+        let mut long = publish.clone();
+        long[3] = 15;
+        let mut qos3 = publish.clone();
+        qos3[0] = 0x36;
+        for b in [&wild, &ctl, &long, &qos3] {
+            let mut f = Flow::default();
+            assert_eq!(detect(&e.pkt(b, false, 0), &mut f), Verdict::No);
+        }
+        let mut f = Flow::default();
+        assert_eq!(detect(&e.pkt(&[0xc0, 0], true, 0), &mut f), Verdict::Unsure);
+        assert_eq!(
+            detect(&e.pkt(b"HTTP/1.1 200 OK\r\n\r\n", false, 1), &mut f),
+            Verdict::No
+        );
     }
 
     #[test]

@@ -4,7 +4,8 @@
 //! classic amplification vector worth labelling. NTP has no magic number, so the detector wants
 //! port 123 on one side and then checks the header strictly: version 1..=4, a mode, and for
 //! modes 1..=5 a 48-byte packet with a stratum of at most 16; for modes 6 and 7 the header's
-//! counts must agree with the packet size. One packet is enough.
+//! counts must agree with the packet size; the clock fields must be a clock's (precision of
+//! at most a second, root delay and dispersion under 256 s). One packet is enough.
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
@@ -33,15 +34,33 @@ fn valid(b: &[u8]) -> bool {
                 return false;
             };
             let poll = b.get(2).map_or(0, |&p| p as i8);
-            b.len() >= 48 && b.len() & 3 == 0 && stratum <= 16 && (-8..=17).contains(&poll)
+            let precision = b.get(3).map_or(0, |&p| p as i8);
+            // Root delay and dispersion are 16.16 seconds: a real clock's are far below 256 s
+            // (the delay may be slightly negative), which random bytes rarely are.
+            let (delay_hi, dispersion_hi) = (b.get(4).copied(), b.get(8).copied());
+            b.len() >= 48
+                && b.len() & 3 == 0
+                && stratum <= 16
+                && (-8..=17).contains(&poll)
+                && (-32..=0).contains(&precision)
+                && matches!(delay_hi, Some(0 | 0xff))
+                && dispersion_hi == Some(0)
         }
         6 => {
-            // R E M op | sequence | status | association id | offset | count, then data.
+            // R E M op | sequence | status | association id | offset | count, then data padded
+            // to 32 bits, then an optional MAC (key id and an MD5 or SHA-1 digest).
             let (Some(&op), Some(count)) = (b.get(1), be16(b, 10)) else {
                 return false;
             };
             let opcode = op & 0x1f;
-            (1..=12).contains(&opcode) && count <= MAX_CONTROL_DATA && b.len() >= 12 + count
+            let response = op & 0x80 != 0;
+            // A request has neither the error nor the more bit.
+            let flags_ok = response || op & 0x60 == 0;
+            let body = 12 + count.div_ceil(4) * 4;
+            (1..=12).contains(&opcode)
+                && flags_ok
+                && count <= MAX_CONTROL_DATA
+                && (b.len() == body || b.len() == body + 20 || b.len() == body + 24)
         }
         7 => {
             // R M VN mode | A seq | implementation | request | err+items | mbz+item size.

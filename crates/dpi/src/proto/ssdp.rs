@@ -4,8 +4,10 @@
 //! Why: SSDP is constant LAN chatter and a known amplification vector. The requests are
 //! HTTP-over-UDP with their own request lines, `M-SEARCH * HTTP/1.1` and `NOTIFY * HTTP/1.1`,
 //! which nothing else sends: they are enough on any port. A search response is a plain
-//! `HTTP/1.1 200 OK`, so it counts only on a flow with port 1900 and with an `ST:` or `USN:`
-//! header line. One packet is enough.
+//! `HTTP/1.1 200 OK` over UDP, sent unicast from any port of the device to the port the search
+//! came from (so usually neither side is 1900): it counts with both the `ST:` and `USN:`
+//! header lines the specification requires of it, or with one of them on port 1900. One
+//! packet is enough.
 
 use crate::ids::Proto;
 use crate::types::{Flow, Pkt, Verdict, L4};
@@ -13,12 +15,16 @@ use crate::types::{Flow, Pkt, Verdict, L4};
 /// Longest header block looked at for the response's `ST:`/`USN:` lines.
 const MAX_HEAD: usize = 2048;
 
-fn has_ssdp_header(b: &[u8]) -> bool {
+/// Whether the header block has an `ST:` line and a `USN:` line.
+fn ssdp_headers(b: &[u8]) -> (bool, bool) {
     let head = &b[..b.len().min(MAX_HEAD)];
-    head.split(|&c| c == b'\n').skip(1).any(|line| {
+    let (mut st, mut usn) = (false, false);
+    for line in head.split(|&c| c == b'\n').skip(1) {
         let l = |p: &[u8]| line.len() >= p.len() && line[..p.len()].eq_ignore_ascii_case(p);
-        l(b"ST:") || l(b"USN:")
-    })
+        st |= l(b"ST:");
+        usn |= l(b"USN:");
+    }
+    (st, usn)
 }
 
 pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
@@ -29,8 +35,11 @@ pub fn detect(p: &Pkt<'_>, _f: &mut Flow) -> Verdict {
     if b.starts_with(b"M-SEARCH * HTTP/1.1\r\n") || b.starts_with(b"NOTIFY * HTTP/1.1\r\n") {
         return Proto::SSDP.is(true);
     }
-    if p.has_port(1900) && b.starts_with(b"HTTP/1.1 200 OK\r\n") && has_ssdp_header(b) {
-        return Proto::SSDP.is(true);
+    if b.starts_with(b"HTTP/1.1 200 OK\r\n") {
+        let (st, usn) = ssdp_headers(b);
+        if (st && usn) || (p.has_port(1900) && (st || usn)) {
+            return Proto::SSDP.is(true);
+        }
     }
     Verdict::No
 }
@@ -53,6 +62,9 @@ mod tests {
             (SEARCH, udp(50000, 1900), true),
             (NOTIFY, udp(1900, 1900), true),
             (RESPONSE, udp(50000, 1900), false),
+            // anyconnect-vpn.pcap (nDPI 4.2's tests): a search response between two
+            // ephemeral ports, with ST and USN.
+            (RESPONSE, udp(38616, 61328), false),
             // A unicast search to a device's own port.
             (SEARCH, udp(50000, 2869), true),
         ] {
@@ -68,8 +80,9 @@ mod tests {
         // a cut request line; TCP.
         let plain = b"HTTP/1.1 200 OK\r\nContent-Length: 0\r\n\r\n";
         let sip = b"NOTIFY sip:bob@example.com SIP/2.0\r\nVia: SIP/2.0/UDP h\r\n\r\n";
+        let st_only = b"HTTP/1.1 200 OK\r\nST: upnp:rootdevice\r\n\r\n";
         for (b, e) in [
-            (RESPONSE, udp(50000, 8080)),
+            (&st_only[..], udp(50000, 8080)),
             (&plain[..], udp(50000, 1900)),
             (&sip[..], udp(5060, 1900)),
             (&SEARCH[..12], udp(50000, 1900)),
