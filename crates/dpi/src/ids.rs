@@ -240,6 +240,7 @@ protos! {
     MSTEAMS = 250, "Teams", Collaborative;
     ANYDESK = 252, "AnyDesk", RemoteAccess;
     GITLAB = 262, "GitLab", Collaborative;
+    AVAST_SECUREDNS = 263, "AVASTSecureDNS", Network;
     AMAZON_AWS = 265, "AmazonAWS", Cloud;
 }
 

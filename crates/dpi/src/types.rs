@@ -178,6 +178,9 @@ pub struct Scratch {
     /// mqtt.rs: what a flow joined after its CONNECT showed so far (`mqtt.rs` `PING_*`,
     /// `PUBLISHED`).
     pub mqtt: u8,
+    /// dtls.rs: the last application-data record per direction (0 = client): epoch and
+    /// sequence number.
+    pub dtls: [Option<(u16, u64)>; 2],
     /// bittorrent.rs: the flow's first uTP packet, which the next one must follow up.
     pub utp: Option<UtpFirst>,
     /// http.rs: a CONNECT was answered 2xx; the tunnel's TLS handshake is read by the TLS

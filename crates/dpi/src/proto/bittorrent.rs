@@ -1,6 +1,7 @@
 //! BitTorrent.
 //! * TCP: the peer handshake `\x13BitTorrent protocol` opening the flow.
-//! * UDP, one packet is enough for: a DHT (KRPC, BEP 5) message, a bencoded dictionary such as
+//! * UDP, one packet is enough for: a local service discovery announce (BEP 14,
+//!   `BT-SEARCH * HTTP/1.1`), a DHT (KRPC, BEP 5) message, a bencoded dictionary such as
 //!   `d1:ad2:id20:…e1:q4:ping1:t2:aa1:y1:qe` with its `1:y1:q`/`1:y1:r`/`1:y1:e` key; a UDP
 //!   tracker connect request (BEP 15, magic 0x41727101980).
 //! * UDP, uTP (BEP 29): a 20-byte header with version 1, type 0..=4, extension 0..=2 (the
@@ -124,6 +125,8 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     }
     match b0 {
         b'd' if is_dht(d) => Proto::BITTORRENT.is(true),
+        // Local service discovery (BEP 14), multicast on the LAN.
+        b'B' if d.starts_with(b"BT-SEARCH * HTTP/1.1\r\n") => Proto::BITTORRENT.is(true),
         0 if d.len() == 16 && d.starts_with(TRACKER_CONNECT) => Proto::BITTORRENT.is(true),
         0x01 | 0x11 | 0x21 | 0x31 | 0x41 => utp(p, f),
         _ => Verdict::No,
@@ -233,6 +236,13 @@ mod tests {
         let data = hex("0100530310f0687609f1291700100000e7f649c6");
         assert_eq!(
             detect(&ends(L4::Udp, 52888, 38305).pkt(&data, true, 1), &mut f),
+            Proto::BITTORRENT.is(true)
+        );
+        // bt_search.pcap (nDPI 4.2's tests): a local service discovery announce.
+        let lsd = b"BT-SEARCH * HTTP/1.1\r\nHost: 239.192.152.143:6771\r\nPort: 6881\r\nInfohash: 0123456789abcdef0123456789abcdef01234567\r\n\r\n\r\n";
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&ends(L4::Udp, 6771, 6771).pkt(lsd, true, 0), &mut f),
             Proto::BITTORRENT.is(true)
         );
         // Tracker connect.

@@ -266,10 +266,18 @@ fn read_answers(msg: &[u8], h: &Header, dns: &mut Dns) {
     }
 }
 
-/// `2.dnscrypt-cert.…` (any case): the name DNSCrypt v2 certificates are published under.
-fn is_dnscrypt_cert(name: &[u8]) -> bool {
-    const PREFIX: &[u8] = b"2.dnscrypt-cert.";
-    name.len() > PREFIX.len() && name[..PREFIX.len()].eq_ignore_ascii_case(PREFIX)
+/// The encrypted-DNS service whose certificate a query asks for: `2.dnscrypt-cert.…` (any
+/// case) is the name DNSCrypt v2 certificates are published under; Avast SecureDNS, a
+/// DNSCrypt service nDPI names apart, publishes its own as `2.securedns.…`.
+fn dnscrypt_cert(name: &[u8]) -> Option<Proto> {
+    let starts = |p: &[u8]| name.len() > p.len() && name[..p.len()].eq_ignore_ascii_case(p);
+    if starts(b"2.dnscrypt-cert.") {
+        Some(Proto::DNSCRYPT)
+    } else if starts(b"2.securedns.") {
+        Some(Proto::AVAST_SECUREDNS)
+    } else {
+        None
+    }
 }
 
 pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
@@ -293,21 +301,17 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     // DNSCrypt's clients fetch the resolver's certificate as a TXT record named
     // `2.dnscrypt-cert.<provider>` over plain DNS, before the encrypted queries; the name is
     // enough even when the message is cut (the padded query is often IP-fragmented).
-    let dnscrypt = m.has_question
-        && m.h.opcode == 0
-        && port_proto.is_none_or(|p| p == Proto::DNS)
-        && is_dnscrypt_cert(&m.name[..m.name_len]);
+    let dnscrypt =
+        (m.has_question && m.h.opcode == 0 && port_proto.is_none_or(|p| p == Proto::DNS))
+            .then(|| dnscrypt_cert(&m.name[..m.name_len]))
+            .flatten();
     if port_proto.is_none()
-        && !dnscrypt
+        && dnscrypt.is_none()
         && !(m.exact && m.has_question && m.h.opcode == 0 && !netbios(p, &m))
     {
         return Verdict::No;
     }
-    let proto = if dnscrypt {
-        Proto::DNSCRYPT
-    } else {
-        port_proto.unwrap_or(Proto::DNS)
-    };
+    let proto = dnscrypt.unwrap_or(port_proto.unwrap_or(Proto::DNS));
     if owned {
         // We own the flow: waiting for the response to the query already recorded.
         if !m.h.response {
@@ -372,6 +376,14 @@ mod tests {
         assert_eq!(
             detect(&udp(5353, 5353).pkt(&q, true, 0), &mut f),
             Proto::MDNS.is(true)
+        );
+        // avast_securedns.pcapng (nDPI 4.2's tests): 2.SeCURednS.aVasT.CoM, TXT.
+        let mut avast = hex("9a2b0100000100000000000001320953");
+        avast.extend(b"eCURednS\x05aVasT\x03CoM\x00\x00\x10\x00\x01");
+        let mut f = Flow::default();
+        assert_eq!(
+            detect(&udp(57970, 443).pkt(&avast, true, 0), &mut f),
+            Proto::AVAST_SECUREDNS.is(false)
         );
         // Not the certificate name: an ordinary query on 443 cut short is not claimed.
         let mut other = cut.clone();

@@ -7,7 +7,7 @@
 //! Detectors see only [`crate::types`] (the packet, the verdict, the [`Flow`]), [`crate::meta`]
 //! and [`crate::ids`]; never the engine. State kept between packets goes into a typed field of
 //! [`Scratch`](crate::types::Scratch) that names its one user (`text` for mail.rs and ftp.rs,
-//! `rtp`, `utp`, `mqtt`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers,
+//! `rtp`, `utp`, `mqtt`, `dtls`, `http_tunnel_open`, `irc`, `h2`, the TLS and QUIC buffers,
 //! `tftp`, `wireguard`, `esp`, `openvpn`).
 
 use crate::ids::Proto;
@@ -17,6 +17,7 @@ pub mod bittorrent;
 pub mod dhcp;
 pub mod dns;
 pub mod dnscrypt;
+pub mod dtls;
 pub mod ftp;
 pub mod http;
 pub mod http2;
@@ -87,6 +88,7 @@ pub const DETECTORS: &[Detector] = &[
     tcp("http", http::detect),
     udp("dns", dns::detect),
     udp("quic", quic::detect),
+    udp("dtls", dtls::detect),
     tcp("ssh", ssh::detect),
     tcp("smtp", mail::detect_smtp),
     tcp("pop3", mail::detect_pop3),
@@ -143,6 +145,10 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (179, Proto::BGP),
             (389, Proto::LDAP),
             (3268, Proto::LDAP),
+            (1812, Proto::RADIUS),
+            (1813, Proto::RADIUS),
+            (5061, Proto::SIP),
+            (601, Proto::SYSLOG),
             (6667, Proto::IRC),
             (88, Proto::KERBEROS),
             (464, Proto::KERBEROS),
