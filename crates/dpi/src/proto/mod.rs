@@ -119,16 +119,19 @@ pub const DETECTORS: &[Detector] = &[
     udp("rtp", rtp::detect),
 ];
 
-/// The protocol usually found on these ports, for flows no detector recognised.
+/// The protocol usually found on these ports, for flows no detector recognised. The table
+/// follows nDPI's default ports (so a scan's SYN-only flows get the guesses nDPI makes):
+/// e.g. IRC on 194 only, not on 6667, where bots run anything; 8080 and 3128 are proxies.
 pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto> {
     let table: &[(u16, Proto)] = match l4 {
         L4::Tcp => &[
             (443, Proto::TLS),
             (80, Proto::HTTP),
-            (8080, Proto::HTTP),
+            (8080, Proto::HTTP_PROXY),
+            (3128, Proto::HTTP_PROXY),
             (22, Proto::SSH),
             (25, Proto::SMTP),
-            (587, Proto::SMTP),
+            (587, Proto::SMTPS),
             (465, Proto::SMTPS),
             (110, Proto::POP3),
             (995, Proto::POPS),
@@ -144,14 +147,12 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (5432, Proto::POSTGRES),
             (179, Proto::BGP),
             (389, Proto::LDAP),
-            (3268, Proto::LDAP),
             (1812, Proto::RADIUS),
             (1813, Proto::RADIUS),
             (5061, Proto::SIP),
-            (601, Proto::SYSLOG),
-            (6667, Proto::IRC),
+            (514, Proto::SYSLOG),
+            (194, Proto::IRC),
             (88, Proto::KERBEROS),
-            (464, Proto::KERBEROS),
             (5060, Proto::SIP),
             (23, Proto::TELNET),
             (5900, Proto::VNC),
@@ -182,8 +183,8 @@ pub fn guess_by_port(l4: L4, client_port: u16, server_port: u16) -> Option<Proto
             (51820, Proto::WIREGUARD),
             (1900, Proto::SSDP),
             (88, Proto::KERBEROS),
-            (464, Proto::KERBEROS),
             (389, Proto::LDAP),
+            (194, Proto::IRC),
             (3544, Proto::TEREDO),
             (2055, Proto::NETFLOW),
             (9995, Proto::NETFLOW),
