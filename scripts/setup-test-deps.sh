@@ -22,6 +22,8 @@
 #                     scripts/cassandra-server.sh fetches Cassandra 5.0's jars from Maven Central
 #                     once; it runs on the java 17 above)
 #   aiosmtpd (pip)    the SMTP server the --notify smtp:// tests (crates/notify/tests) send to
+#   ndpi_4.2.orig.tar.gz (deb.debian.org)   nDPI 4.2's test captures and expected results,
+#                     the second DPI accuracy set (scripts/fetch-ndpi-tests.sh, into .cache/)
 #   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
 #   libndpi-bin       ndpiReader, nDPI's labels for the loopback captures in tests/dpi_loopback/
 #                     (tests/system/ndpi_reader.py)
@@ -147,6 +149,9 @@ fi
 
 # The flow-protocol peers (with their services kept from starting).
 "$(dirname "$0")/setup-bench-deps.sh"
+
+# nDPI 4.2's own test captures and results (Debian's source package), the second DPI set.
+"$(dirname "$0")/fetch-ndpi-tests.sh"
 
 # Check the result.
 for c in tshark capinfos editcap ip setpriv chromium nfcapd nfdump softflowd pmacctd \
