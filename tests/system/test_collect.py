@@ -48,12 +48,12 @@ def _free_udp_port() -> int:
 class Collector:
     """`sonde --collect udp://127.0.0.1:PORT` for a few seconds."""
 
-    def __init__(self, sonde_bin, workdir: Path, seconds: int = 6):
+    def __init__(self, sonde_bin, workdir: Path, seconds: int = 6, options: str = ""):
         self.port = _free_udp_port()
         self.flows = workdir / "collected.jsonl"
         self.stats = workdir / "collected-stats.json"
         self.proc = subprocess.Popen(
-            [str(sonde_bin), "--collect", f"udp://127.0.0.1:{self.port}", "--duration",
+            [str(sonde_bin), "--collect", f"udp://127.0.0.1:{self.port}{options}", "--duration",
              str(seconds), "--flows-out", str(self.flows), "--stats-json", str(self.stats),
              *ARGS], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
             stdin=subprocess.DEVNULL)
@@ -149,9 +149,10 @@ print_refresh_time[pr]: 60
     assert stats["collected"]["errors"] == 0
 
 
-def _replay(pcaps, port):
+def _replay(pcaps, port, source="127.0.0.1"):
     """Sends the UDP payloads of `pcaps`, in order, from one socket (one exporter)."""
     s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.bind((source, 0))
     for p in pcaps:
         out = oracle.tshark(["-r", str(p), "-T", "fields", "-e", "udp.payload"])
         for line in out.split():
@@ -181,6 +182,62 @@ def test_netflow_v5_capture_decodes_completely(sonde_bin, workdir):
     assert stats["collected"]["packets"] == pkts
     assert stats["collected"]["bytes"] == octets
     assert sum(int(r["IN_PKTS"]) + int(r["OUT_PKTS"]) for r in records) == pkts
+
+
+def test_exporters_outside_the_allow_list_are_refused_and_counted(sonde_bin, sonde, workdir):
+    """`?allow=`: the NetFlow v5 capture sent from 127.0.0.2 is taken, the same sent from
+    127.0.0.1 is dropped before decoding and counted; a bad list or option is named."""
+    flowproto = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "flowproto"
+    pcap = flowproto / "akvorado_netflow_nfv5.pcap"
+    datagrams = len(oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "udp.payload"]).split())
+    col = Collector(sonde_bin, workdir, seconds=3, options="?allow=127.0.0.2/32,10.0.0.0/8")
+    _replay([pcap], col.port, source="127.0.0.1")
+    _replay([pcap], col.port, source="127.0.0.2")
+    records, stats = col.result()
+    assert stats["collected"]["refused_sources"] == datagrams
+    assert stats["collected"]["decoded"] == 29, "one copy, from the allowed exporter"
+    assert [e["exporter"].split(":")[0] for e in stats["exporters"]] == ["127.0.0.2"]
+    for url, want in ((f"udp://127.0.0.1:{_free_udp_port()}?allow=10.0.0.0/33", "10.0.0.0/33"),
+                      (f"udp://127.0.0.1:{_free_udp_port()}?allow=", "names no address"),
+                      (f"udp://127.0.0.1:{_free_udp_port()}?alow=10.0.0.0/8", "unknown option"),
+                      (f"zmq+tcp://127.0.0.1:{_free_udp_port()}?allow=10.0.0.0/8",
+                       "unknown option")):
+        p = sonde("--collect", url, "--duration", "1", "-q")
+        assert p.returncode != 0 and want in p.stderr, (url, p.stderr)
+
+
+def _netflow_v5(records, sampling=0):
+    """A NetFlow v5 datagram; records are (src, dst, packets, bytes, first_ms, last_ms)."""
+    now = int(time.time())
+    head = struct.pack("!HHIIIIBBH", 5, len(records), 100_000, now, 0, 1, 0, 0, sampling)
+    body = b"".join(
+        struct.pack("!4s4s4sHHIIIIHHBBBBHHBBH", socket.inet_aton(src), socket.inet_aton(dst),
+                    bytes(4), 1, 2, packets, octets, first, last, 40000, 80, 0, 0x18, 6, 0,
+                    0, 0, 24, 24, 0)
+        for src, dst, packets, octets, first, last in records)
+    return head + body
+
+
+def test_records_with_impossible_counters_are_suspect(sonde_bin, workdir):
+    """Random bytes parse as NetFlow v5 records with counters no link carries: such records
+    are counted as suspect and kept out of the flows and hosts; the sound record beside them
+    is kept."""
+    col = Collector(sonde_bin, workdir, seconds=3)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(_netflow_v5([
+        ("10.0.0.1", "10.0.0.2", 10, 6_000, 90_000, 95_000),          # sound
+        ("10.0.0.3", "10.0.0.4", 4_000_000_000, 4_000_000_000, 90_000, 90_000),  # 1 B a packet
+        ("10.0.0.5", "10.0.0.6", 1, 4_000_000_000, 90_000, 90_000),   # 4 GB in one packet
+    ]), ("127.0.0.1", col.port))
+    # 10^8 packets of 40 bytes in one second, times a sampling interval of 16383.
+    s.sendto(_netflow_v5([("10.0.0.7", "10.0.0.8", 100_000_000, 4_000_000_000, 90_000, 90_000)],
+                         sampling=0x4000 | 16383), ("127.0.0.1", col.port))
+    s.close()
+    records, stats = col.result()
+    assert stats["collected"]["decoded"] == 4
+    assert stats["collected"]["suspect"] == 3
+    assert [(r["IPV4_SRC_ADDR"], int(r["IN_PKTS"]) + int(r["OUT_PKTS"])) for r in records] == [
+        ("10.0.0.1", 10)]
 
 
 def test_sflow_samples_scaled(sonde_bin, workdir):

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import collections
 import json
+import signal
 import socket
 import subprocess
 import time
@@ -66,3 +67,55 @@ def test_upper_instance_shows_lower_instances_flows(sonde_bin, corpus, workdir):
     assert meta(lower), "the capture should have flows with a server name"
     assert meta(collected) == meta(lower)
 
+
+
+def _chain(sonde_bin, corpus, workdir, collect_url, export_urls):
+    """A collector on `collect_url` for a few seconds, and one `-r 1kxun.pcap` exporter per
+    URL of `export_urls` in turn: (collector's stats, records each exporter exported)."""
+    up_stats = workdir / "curve-up.json"
+    upper = subprocess.Popen(
+        [str(sonde_bin), "--collect", collect_url, "--duration", "60", "--stats-json",
+         str(up_stats), "--idle-timeout", "100000", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    exported = []
+    try:
+        time.sleep(0.5)
+        for i, url in enumerate(export_urls):
+            flows = workdir / f"curve-low{i}.jsonl"
+            low = subprocess.run(
+                [str(sonde_bin), "-r", str(corpus / "1kxun.pcap"), "--zmq-export", url,
+                 "--flows-out", str(flows), "-q"], capture_output=True, text=True, timeout=120)
+            assert low.returncode == 0, low.stderr
+            exported.append(len(oracle.load_jsonl(str(flows))))
+        time.sleep(1.0)  # the last messages reach the collector
+        upper.send_signal(signal.SIGINT)
+        _, err = upper.communicate(timeout=60)
+    finally:
+        if upper.poll() is None:
+            upper.kill()
+    assert upper.returncode == 0, err
+    return json.loads(up_stats.read_text()), exported
+
+
+def test_curve_encrypted_chain_and_wrong_keys(sonde_bin, sonde, corpus, workdir):
+    """With `sonde zmq-keygen` keys, a CURVE chain delivers every flow; a producer with another
+    collector's public key, or in plain text, delivers nothing; nothing readable crosses."""
+    right, other = workdir / "collector", workdir / "someone-else"
+    for name in (right, other):
+        p = sonde("zmq-keygen", name)
+        assert p.returncode == 0 and name.with_name(name.name + "_secret").exists(), p.stderr
+    assert (right.with_name("collector_secret").stat().st_mode & 0o077) == 0
+    port = _free_tcp_port()
+    stats, exported = _chain(
+        sonde_bin, corpus, workdir, f"zmq+tcp://127.0.0.1:{port}?curve={right}_secret",
+        [f"tcp://127.0.0.1:{port}?curve={other}", f"tcp://127.0.0.1:{port}",
+         f"tcp://127.0.0.1:{port}?curve={right}"])
+    assert exported[0] > 0 and exported[2] == exported[0]
+    # Only the producer with the collector's public key got through.
+    assert stats["collected"]["decoded"] == exported[2], (stats["collected"], exported)
+    # A missing key file, or the public file where the secret one is needed, is named at start.
+    p = sonde("--collect", f"zmq+tcp://127.0.0.1:{port}?curve={right}", "--duration", "1", "-q")
+    assert p.returncode != 0 and "secret-key" in p.stderr, p.stderr
+    p = sonde("-r", corpus / "1kxun.pcap", "--zmq-export",
+              f"tcp://127.0.0.1:{port}?curve={workdir / 'nope'}", "-q")
+    assert p.returncode != 0 and "cannot read the key file" in p.stderr, p.stderr

@@ -55,6 +55,51 @@ pub struct CollectedFlow {
     pub ended: bool,
 }
 
+/// Fewest bytes a counted packet can have (an IPv4 header alone).
+const MIN_PACKET_BYTES: u64 = 20;
+/// Most bytes a counted packet can have (the largest IPv4 or IPv6 packet without jumbograms).
+const MAX_PACKET_BYTES: u64 = 65_535;
+/// Most packets a second a record can claim: two 800 Gb/s links of minimum-size frames.
+const MAX_PACKETS_PER_SECOND: u64 = 2_400_000_000;
+/// The duration assumed for a record without timestamps: an hour, longer than any exporter's
+/// active timeout.
+const UNTIMED_SECONDS: u64 = 3_600;
+
+impl CollectedFlow {
+    /// Why the record's counters cannot be real, if they cannot: packets of under 20 or over
+    /// 65535 bytes on average, or more packets than links carry in the record's duration (plus
+    /// a second). Random bytes that parse as NetFlow v5 claim such counters; the collector
+    /// counts such records as suspect and keeps them out of the flow and host tables.
+    pub fn impossible(&self) -> Option<&'static str> {
+        let seconds = if self.first_ms > 0 && self.last_ms >= self.first_ms {
+            (self.last_ms - self.first_ms) / 1000 + 1
+        } else {
+            UNTIMED_SECONDS
+        };
+        for (packets, bytes) in [
+            (self.packets, self.bytes),
+            (self.rev_packets, self.rev_bytes),
+        ] {
+            if packets == 0 {
+                if bytes > 0 {
+                    return Some("bytes without packets");
+                }
+                continue;
+            }
+            if bytes < packets.saturating_mul(MIN_PACKET_BYTES) {
+                return Some("fewer than 20 bytes a packet");
+            }
+            if bytes / packets > MAX_PACKET_BYTES {
+                return Some("more than 65535 bytes a packet");
+            }
+            if packets / seconds > MAX_PACKETS_PER_SECOND {
+                return Some("more packets a second than any link carries");
+            }
+        }
+        None
+    }
+}
+
 /// A packet header sampled by an sFlow agent: it goes through sonde's packet decoder like a
 /// captured frame, then counts `sampling` times.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -101,4 +146,52 @@ pub struct ExportFlow {
     pub app_name: String,
     /// flowEndReason (IE 136): 1 idle, 2 active, 3 end detected, 4 forced end, 5 lack of resources.
     pub end_reason: u8,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn impossible_counters() {
+        let ok = CollectedFlow {
+            packets: 10,
+            bytes: 6_000,
+            first_ms: 1_000,
+            last_ms: 3_000,
+            ..CollectedFlow::default()
+        };
+        assert_eq!(ok.impossible(), None);
+        let tiny = CollectedFlow {
+            bytes: 100,
+            ..ok.clone()
+        };
+        let huge = CollectedFlow {
+            bytes: 700_000,
+            ..ok.clone()
+        };
+        // Random bytes as a v5 record: 2^32 - 1 packets times a sampling interval of 16383,
+        // in one second, at 60 bytes each.
+        let flood = CollectedFlow {
+            packets: 4_294_967_295 * 16_383,
+            bytes: 4_294_967_295 * 16_383 * 60,
+            first_ms: 5_000,
+            last_ms: 5_000,
+            ..ok.clone()
+        };
+        let reverse = CollectedFlow {
+            rev_bytes: 5,
+            ..ok.clone()
+        };
+        for f in [tiny, huge, flood, reverse] {
+            assert!(f.impossible().is_some(), "{f:?}");
+        }
+        // An hour of a 100 Gb/s link in one record without timestamps is possible.
+        let untimed = CollectedFlow {
+            packets: 148_800_000 * 3_600,
+            bytes: 148_800_000 * 3_600 * 64,
+            ..CollectedFlow::default()
+        };
+        assert_eq!(untimed.impossible(), None);
+    }
 }

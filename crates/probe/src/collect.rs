@@ -16,27 +16,92 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
+/// The exporters a collector takes records from (`?allow=NET[,NET…]`): every source when
+/// empty. Datagrams and connections from other addresses are dropped and counted
+/// (`collected.refused_sources`), before anything is decoded.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct AllowList(Vec<(std::net::IpAddr, u8)>);
+
+impl AllowList {
+    /// `10.0.0.0/8,192.0.2.7,2001:db8::/32` (a bare address is that host alone).
+    pub fn parse(list: &str) -> Result<AllowList, String> {
+        let mut nets = Vec::new();
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let net = if item.contains('/') {
+                sonde_alerts::parse_network(item)?
+            } else {
+                let ip: std::net::IpAddr = item.parse().map_err(|_| {
+                    format!("allow={item:?}: an address or a network like 10.0.0.0/8 expected")
+                })?;
+                (ip, if ip.is_ipv4() { 32 } else { 128 })
+            };
+            nets.push(net);
+        }
+        if nets.is_empty() {
+            return Err("allow= names no address: give networks, e.g. allow=10.0.0.0/8".into());
+        }
+        Ok(AllowList(nets))
+    }
+
+    /// Whether records from `ip` are taken (an IPv4-mapped IPv6 source counts as IPv4).
+    pub fn permits(&self, ip: std::net::IpAddr) -> bool {
+        let ip = match ip {
+            std::net::IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, std::net::IpAddr::V4),
+            v4 => v4,
+        };
+        self.0.is_empty()
+            || self
+                .0
+                .iter()
+                .any(|&(net, len)| sonde_alerts::in_network(ip, net, len))
+    }
+}
+
 /// Where collected flows come from.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CollectSource {
-    /// NetFlow v5/v9, IPFIX or sFlow datagrams (the protocol is told by each datagram).
-    Udp(std::net::SocketAddr),
-    /// IPFIX over TCP.
-    Tcp(std::net::SocketAddr),
+    /// NetFlow v5/v9, IPFIX or sFlow datagrams (the protocol is told by each datagram), from
+    /// the exporters the list allows.
+    Udp(std::net::SocketAddr, AllowList),
+    /// IPFIX over TCP, from the exporters the list allows.
+    Tcp(std::net::SocketAddr, AllowList),
     /// JSON flows over ZMQ: a PULL socket bound here; producers connect with --zmq-export.
-    Zmq(String),
+    /// With a secret key file (`?curve=NAME_secret`), only CURVE producers that know the
+    /// collector's public key get through ([`crate::zmq_curve`]).
+    Zmq(String, Option<std::path::PathBuf>),
     /// Flows on a Kafka topic (JSON or protobuf), read in a consumer group.
     Kafka(crate::kafka_source::KafkaSource),
 }
 
 impl CollectSource {
     /// Parses `udp://ADDR:PORT`, `tcp://ADDR:PORT` (IPFIX over TCP), `zmq+tcp://ADDR:PORT`,
-    /// or a bare `ADDR:PORT` (UDP).
+    /// or a bare `ADDR:PORT` (UDP); UDP and TCP take `?allow=NET[,NET…]`.
     pub fn parse(s: &str) -> Result<CollectSource, String> {
         if s.starts_with("kafka://") {
             return crate::kafka_source::KafkaSource::parse(s).map(CollectSource::Kafka);
         }
         let (scheme, rest) = s.split_once("://").unwrap_or(("udp", s));
+        let (rest, query) = rest.split_once('?').unwrap_or((rest, ""));
+        let zmq = scheme == "zmq+tcp" || scheme == "zmq";
+        let mut allow = AllowList::default();
+        let mut curve = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("allow", list)) if !zmq => {
+                    allow = AllowList::parse(list).map_err(|e| format!("--collect '{s}': {e}"))?;
+                }
+                Some(("curve", file)) if zmq && !file.is_empty() => {
+                    curve = Some(std::path::PathBuf::from(file));
+                }
+                _ => {
+                    return Err(format!(
+                        "--collect '{s}': unknown option '{pair}' (udp:// and tcp:// take \
+                         ?allow=NET[,NET…], e.g. ?allow=10.0.0.0/8; zmq+tcp:// takes \
+                         ?curve=SECRET_KEY_FILE, made by 'sonde zmq-keygen NAME')"
+                    ))
+                }
+            }
+        }
         let addr = || {
             rest.parse::<std::net::SocketAddr>().map_err(|_| {
                 format!(
@@ -46,11 +111,11 @@ impl CollectSource {
             })
         };
         match scheme {
-            "udp" => Ok(CollectSource::Udp(addr()?)),
-            "tcp" | "ipfix+tcp" => Ok(CollectSource::Tcp(addr()?)),
+            "udp" => Ok(CollectSource::Udp(addr()?, allow)),
+            "tcp" | "ipfix+tcp" => Ok(CollectSource::Tcp(addr()?, allow)),
             "zmq+tcp" | "zmq" => {
                 addr()?;
-                Ok(CollectSource::Zmq(format!("tcp://{rest}")))
+                Ok(CollectSource::Zmq(format!("tcp://{rest}"), curve))
             }
             other => Err(format!(
                 "--collect '{s}': unknown scheme '{other}' (use udp://, tcp://, zmq+tcp:// or kafka://)"
@@ -77,6 +142,11 @@ pub struct CollectorCounters {
     pub connections_refused: AtomicU64,
     /// TCP connections closed after [`TCP_IDLE`] without a byte.
     pub connections_idle: AtomicU64,
+    /// Datagrams and TCP connections from sources the collector's `allow=` list leaves out.
+    pub refused_sources: AtomicU64,
+    /// Decoded records whose counters cannot be real ([`CollectedFlow::impossible`]), kept
+    /// out of the tables.
+    pub suspect: AtomicU64,
     /// Each exporter's statistics as of about a second ago (the receivers publish them), for
     /// the alerts' checks: an exporter that stopped sending, sequence gaps.
     pub exporters: std::sync::Mutex<std::collections::HashMap<std::net::SocketAddr, ExporterStats>>,
@@ -326,6 +396,17 @@ fn decode_into(
     let before = into.len();
     let decoded = collector.decode(exporter, data, now_ms(), into, samples);
     let records = into.len() - before + samples.len();
+    // Records whose counters cannot be real (random bytes that parse) are counted, not kept.
+    let mut kept = before;
+    for i in before..into.len() {
+        if into[i].impossible().is_some() {
+            counters.suspect.fetch_add(1, Ordering::Relaxed);
+        } else {
+            into.swap(kept, i);
+            kept += 1;
+        }
+    }
+    into.truncate(kept);
     match decoded {
         Ok(summary) => {
             counters
@@ -369,6 +450,7 @@ const MAX_POLL_PAUSE: Duration = Duration::from_millis(1);
 /// thread waits on the socket again.
 pub(crate) fn run_udp(
     socket: std::net::UdpSocket,
+    allow: AllowList,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
@@ -385,7 +467,7 @@ pub(crate) fn run_udp(
         counters.publish(&collector, &mut published);
         match rx.recv(&socket, polling_since.is_none()) {
             Ok(n) => {
-                rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
+                rx.decode_all(n, &allow, &mut collector, &mut out, &counters, &mut scratch);
                 // Hand records over every few dozen datagrams (or when the socket goes
                 // quiet), not after each one: fewer wake-ups of the shards under load.
                 unflushed += n;
@@ -426,7 +508,7 @@ pub(crate) fn run_udp(
         let Ok(n @ 1..) = rx.recv(&socket, false) else {
             break;
         };
-        rx.decode_all(n, &mut collector, &mut out, &counters, &mut scratch);
+        rx.decode_all(n, &allow, &mut collector, &mut out, &counters, &mut scratch);
     }
     out.flush();
     report(&collector)
@@ -502,6 +584,7 @@ impl BatchReceiver {
     fn decode_all(
         &self,
         n: usize,
+        allow: &AllowList,
         collector: &mut Collector,
         out: &mut Dispatcher,
         counters: &CollectorCounters,
@@ -509,6 +592,10 @@ impl BatchReceiver {
     ) {
         for k in 0..n {
             let (data, from) = self.datagram(k);
+            if !allow.permits(from.ip()) {
+                counters.refused_sources.fetch_add(1, Ordering::Relaxed);
+                continue;
+            }
             decode_into(collector, from, data, out, counters, scratch);
         }
     }
@@ -549,6 +636,7 @@ fn sockaddr_to_std(a: &libc::sockaddr_storage) -> Option<std::net::SocketAddr> {
 /// own stream reassembly (IPFIX messages are framed by their length field).
 pub(crate) fn run_tcp(
     listener: std::net::TcpListener,
+    allow: AllowList,
     out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
@@ -558,6 +646,10 @@ pub(crate) fn run_tcp(
     while !stop.load(Ordering::Relaxed) {
         match listener.accept() {
             Ok((stream, peer)) => {
+                if !allow.permits(peer.ip()) {
+                    counters.refused_sources.fetch_add(1, Ordering::Relaxed);
+                    continue; // `stream` dropped: closed before a byte is read
+                }
                 // Connections that ended give back their slot (their reports are kept).
                 let (done, live): (Vec<_>, Vec<_>) = conns.drain(..).partition(|h| h.is_finished());
                 conns = live;
@@ -677,6 +769,10 @@ pub(crate) fn run_zmq(
                     .errors
                     .fetch_add(errors.len() as u64, Ordering::Relaxed);
                 for f in flows {
+                    if f.impossible().is_some() {
+                        counters.suspect.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     out.flow(f);
                 }
                 out.flush();
@@ -716,11 +812,17 @@ pub(crate) fn enlarge_receive_buffer(socket: &std::net::UdpSocket) {
 pub const ZMQ_MAX_MESSAGE: i64 = 64 << 20;
 
 /// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start).
-pub(crate) fn bind_zmq(endpoint: &str) -> Result<zmq::Socket, String> {
+pub(crate) fn bind_zmq(
+    endpoint: &str,
+    curve: Option<&std::path::Path>,
+) -> Result<zmq::Socket, String> {
     let ctx = zmq::Context::new();
     let s = ctx
         .socket(zmq::PULL)
         .map_err(|e| format!("zmq: cannot create a socket: {e}"))?;
+    if let Some(secret) = curve {
+        crate::zmq_curve::serve(&s, secret, &format!("--collect zmq+{endpoint}"))?;
+    }
     s.set_rcvtimeo(200)
         .map_err(|e| format!("zmq: cannot set a receive timeout: {e}"))?;
     // A producer announcing a bigger message is disconnected by libzmq before it allocates it
@@ -737,6 +839,34 @@ pub(crate) fn bind_zmq(endpoint: &str) -> Result<zmq::Socket, String> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn allow_lists() {
+        let a = AllowList::parse("10.0.0.0/8, 192.0.2.7,2001:db8::/32").unwrap();
+        for (ip, ok) in [
+            ("10.1.2.3", true),
+            ("11.0.0.1", false),
+            ("192.0.2.7", true),
+            ("192.0.2.8", false),
+            ("2001:db8::1", true),
+            ("::ffff:10.9.9.9", true),
+            ("2001:db9::1", false),
+        ] {
+            assert_eq!(a.permits(ip.parse().unwrap()), ok, "{ip}");
+        }
+        assert!(AllowList::default().permits("203.0.113.1".parse().unwrap()));
+        for bad in ["", "10.0.0.0/33", "10.0.0", "example.com"] {
+            assert!(AllowList::parse(bad).is_err(), "{bad}");
+        }
+        assert_eq!(
+            CollectSource::parse("udp://0.0.0.0:2055?allow=10.0.0.0/8").unwrap(),
+            CollectSource::Udp(
+                "0.0.0.0:2055".parse().unwrap(),
+                AllowList::parse("10.0.0.0/8").unwrap()
+            )
+        );
+        assert!(CollectSource::parse("tcp://0.0.0.0:4739?allows=10.0.0.0/8").is_err());
+    }
+
     /// A message over the size limit never arrives (its producer is disconnected before the
     /// collector allocates it); the next producer's messages do.
     #[test]
@@ -745,7 +875,7 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let pull = bind_zmq(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        let pull = bind_zmq(&format!("tcp://127.0.0.1:{port}"), None).unwrap();
         let ctx = zmq::Context::new();
         let big = ctx.socket(zmq::PUSH).unwrap();
         big.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();

@@ -37,9 +37,9 @@ impl Input {
             Input::Collect(sources) => sources
                 .iter()
                 .map(|s| match s {
-                    CollectSource::Udp(_) => "collect-udp",
-                    CollectSource::Tcp(_) => "collect-tcp",
-                    CollectSource::Zmq(_) => "collect-zmq",
+                    CollectSource::Udp(..) => "collect-udp",
+                    CollectSource::Tcp(..) => "collect-tcp",
+                    CollectSource::Zmq(..) => "collect-zmq",
                     CollectSource::Kafka(_) => "collect-kafka",
                 })
                 .collect(),
@@ -79,19 +79,19 @@ pub const INPUTS: &[InputKind] = &[
     },
     InputKind {
         name: "collect-udp",
-        usage: "--collect udp://ADDR:PORT",
+        usage: "--collect udp://ADDR:PORT[?allow=NET,…]",
         ends: "when stopped",
         what: "NetFlow v5/v9, IPFIX and sFlow datagrams (told apart per datagram)",
     },
     InputKind {
         name: "collect-tcp",
-        usage: "--collect tcp://ADDR:PORT",
+        usage: "--collect tcp://ADDR:PORT[?allow=NET,…]",
         ends: "when stopped",
         what: "IPFIX over TCP (RFC 7011), any number of exporters",
     },
     InputKind {
         name: "collect-zmq",
-        usage: "--collect zmq+tcp://ADDR:PORT",
+        usage: "--collect zmq+tcp://ADDR:PORT[?curve=SECRET_KEY_FILE]",
         ends: "when stopped",
         what: "nProbe/ntopng JSON flows from a producer's --zmq-export",
     },

@@ -192,6 +192,10 @@ pub(crate) fn run_kafka(
                     .fetch_add(flows.len() as u64, Ordering::Relaxed);
                 counters.errors.fetch_add(errors as u64, Ordering::Relaxed);
                 for mut f in flows {
+                    if f.impossible().is_some() {
+                        counters.suspect.fetch_add(1, Ordering::Relaxed);
+                        continue;
+                    }
                     // A sonde's ended flow: passed on as it is, at once.
                     f.ended = true;
                     out.flow(f);

@@ -27,6 +27,7 @@ mod shard;
 pub mod sink_queue;
 pub mod sinks;
 mod source;
+pub mod zmq_curve;
 mod zmq_sink;
 
 pub use alerts::{AlertHub, AlertSettings, CheckSettings};

@@ -126,6 +126,8 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "decoded": s.collector_records,
             "errors": s.collector_errors,
             "connections_refused": s.collector_connections_refused,
+            "refused_sources": s.collector_refused_sources,
+            "suspect": s.collector_suspect,
             "records": t.collected_records,
             "samples": t.collected_samples,
             "packets": t.collected_packets,

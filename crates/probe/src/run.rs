@@ -76,6 +76,10 @@ pub struct Summary {
     pub collector_errors: u64,
     /// IPFIX-over-TCP connections closed at once (the collector had its most).
     pub collector_connections_refused: u64,
+    /// Datagrams and connections from exporters no `allow=` list permits.
+    pub collector_refused_sources: u64,
+    /// Decoded records with impossible counters, kept out of the tables.
+    pub collector_suspect: u64,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
@@ -340,6 +344,11 @@ impl Probe {
                 .collector_counters
                 .connections_refused
                 .load(Ordering::Relaxed),
+            collector_refused_sources: self
+                .collector_counters
+                .refused_sources
+                .load(Ordering::Relaxed),
+            collector_suspect: self.collector_counters.suspect.load(Ordering::Relaxed),
             elapsed: self.started.elapsed(),
             error,
         })
@@ -1014,13 +1023,15 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                     )
                                 })
                         }
-                        CollectSource::Zmq(endpoint) => {
-                            let sock = collect::bind_zmq(endpoint).map_err(ProbeError::Config)?;
+                        CollectSource::Zmq(endpoint, curve) => {
+                            let sock = collect::bind_zmq(endpoint, curve.as_deref())
+                                .map_err(ProbeError::Config)?;
                             std::thread::Builder::new()
                                 .name("collect-zmq".into())
                                 .spawn(move || collect::run_zmq(sock, out, stop, counters))
                         }
-                        CollectSource::Udp(addr) => {
+                        CollectSource::Udp(addr, allow) => {
+                            let allow = allow.clone();
                             let sock = std::net::UdpSocket::bind(addr)
                                 .and_then(|s| {
                                     s.set_read_timeout(Some(Duration::from_millis(200)))?;
@@ -1035,9 +1046,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 })?;
                             std::thread::Builder::new()
                                 .name("collect-udp".into())
-                                .spawn(move || collect::run_udp(sock, out, stop, counters))
+                                .spawn(move || collect::run_udp(sock, allow, out, stop, counters))
                         }
-                        CollectSource::Tcp(addr) => {
+                        CollectSource::Tcp(addr, allow) => {
+                            let allow = allow.clone();
                             let l = std::net::TcpListener::bind(addr)
                                 .and_then(|l| {
                                     l.set_nonblocking(true)?;
@@ -1051,7 +1063,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 })?;
                             std::thread::Builder::new()
                                 .name("collect-tcp".into())
-                                .spawn(move || collect::run_tcp(l, out, stop, counters))
+                                .spawn(move || collect::run_tcp(l, allow, out, stop, counters))
                         }
                     }
                     .map_err(|e| ProbeError::Config(format!("cannot start a collector: {e}")))?;

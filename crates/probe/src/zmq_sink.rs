@@ -18,11 +18,21 @@ pub struct ZmqSink {
 }
 
 impl ZmqSink {
-    pub fn connect(endpoint: &str) -> Result<ZmqSink, String> {
+    /// Connects to `tcp://HOST:PORT`, or with `?curve=PUBLIC_KEY_FILE` (the collector's public
+    /// key) encrypted with CURVE ([`crate::zmq_curve`]).
+    pub fn connect(url: &str) -> Result<ZmqSink, String> {
+        let (endpoint, curve) = ZmqSink::options(url)?;
         let ctx = zmq::Context::new();
         let socket = ctx
             .socket(zmq::PUSH)
             .map_err(|e| format!("--zmq-export {endpoint}: cannot create a socket: {e}"))?;
+        if let Some(file) = curve {
+            crate::zmq_curve::connect(
+                &socket,
+                std::path::Path::new(file),
+                &format!("--zmq-export {endpoint}"),
+            )?;
+        }
         // On close, wait up to 5 s for queued messages to reach the collector.
         socket
             .set_linger(5000)
@@ -40,6 +50,40 @@ impl ZmqSink {
                 ..SinkReport::default()
             },
         })
+    }
+}
+
+impl ZmqSink {
+    /// The endpoint and the `curve=` key file of a `--zmq-export` URL.
+    fn options(url: &str) -> Result<(&str, Option<&str>), String> {
+        let (endpoint, query) = url.split_once('?').unwrap_or((url, ""));
+        let mut curve = None;
+        for pair in query.split('&').filter(|p| !p.is_empty()) {
+            match pair.split_once('=') {
+                Some(("curve", file)) if !file.is_empty() => curve = Some(file),
+                _ => {
+                    return Err(format!(
+                        "--zmq-export {url}: unknown option '{pair}' (the options are \
+                         curve=PUBLIC_KEY_FILE, when_full and queue)"
+                    ))
+                }
+            }
+        }
+        Ok((endpoint, curve))
+    }
+
+    /// Checks a `--zmq-export` URL's options and key file at start, before any sink runs.
+    pub fn check(url: &str) -> Result<(), String> {
+        let (endpoint, curve) = ZmqSink::options(url)?;
+        if let Some(file) = curve {
+            let what = format!("--zmq-export {endpoint}");
+            crate::zmq_curve::read_key(
+                std::path::Path::new(file),
+                crate::zmq_curve::Key::Public,
+                &what,
+            )?;
+        }
+        Ok(())
     }
 }
 

@@ -26,6 +26,34 @@ pub(crate) fn print_sources() {
 /// as `/api/v1/schema` answers, or the ClickHouse statements of `--export clickhouse://…/DB`
 /// (with `--kafka`, also the Kafka engine table and view that read sonde's topic), or the CQL
 /// statements of `--export cassandra://…/KEYSPACE`.
+/// `sonde zmq-keygen NAME`: a CURVE key pair for an encrypted ZMQ collector (`NAME`, the public
+/// key for the producers' `--zmq-export …?curve=NAME`; `NAME_secret` for the collector's
+/// `--collect zmq+tcp://…?curve=NAME_secret`).
+pub(crate) fn zmq_keygen_command(args: &[String]) -> ExitCode {
+    let [name] = args else {
+        eprintln!("sonde: error: use 'sonde zmq-keygen NAME' (writes NAME and NAME_secret)");
+        return ExitCode::from(2);
+    };
+    match sonde_probe::zmq_curve::keygen(std::path::Path::new(name)) {
+        Ok((public, secret)) => {
+            println!(
+                "wrote {} (public key: producers use --zmq-export tcp://HOST:PORT?curve={}) and \
+                 {} (secret key, owner only: the collector uses --collect \
+                 zmq+tcp://ADDR:PORT?curve={})",
+                public.display(),
+                public.display(),
+                secret.display(),
+                secret.display()
+            );
+            ExitCode::SUCCESS
+        }
+        Err(e) => {
+            eprintln!("sonde: error: {e}");
+            ExitCode::FAILURE
+        }
+    }
+}
+
 pub(crate) fn schema_command(args: &[String]) -> ExitCode {
     let a: Vec<&str> = args.iter().map(String::as_str).collect();
     let usage = "use 'sonde schema' (Markdown), 'sonde schema --json', 'sonde schema \

@@ -38,6 +38,10 @@ fn main() -> ExitCode {
         commands::print_sources();
         return ExitCode::SUCCESS;
     }
+    if sub.as_ref().is_some_and(|a| a == "zmq-keygen") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return commands::zmq_keygen_command(&args);
+    }
     if sub.as_ref().is_some_and(|a| a == "schema") {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return commands::schema_command(&args);

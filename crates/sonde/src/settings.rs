@@ -176,12 +176,6 @@ fn trigger_settings(cli: &Cli) -> Result<Option<sonde_trigger::TriggerConfig>> {
     Ok(Some(t))
 }
 
-/// A network sink's URL without its queue options (`?when_full=block&queue=256`), and what
-/// they ask for.
-fn split_queue_options(text: &str, flag: &str) -> Result<(String, QueueRequest)> {
-    QueueRequest::split(text).map_err(|e| anyhow::anyhow!("{flag} {e}"))
-}
-
 /// Loads (or, on first start, creates) the users file and the TLS files for `--http`.
 pub(crate) fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
     use sonde_server::users::{self, Role, Users};
@@ -347,7 +341,10 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         cfg.extra_sinks.push(spec.plan(is_live));
     }
     for text in &cli.zmq_export {
-        let (endpoint, req) = split_queue_options(text, "--zmq-export")?;
+        let (endpoint, req) = QueueRequest::split_allowing(text, &["curve"])
+            .map_err(|e| anyhow::anyhow!("--zmq-export {e}"))?;
+        // A bad key file or option is named at start, not when the sink starts.
+        ZmqSink::check(&endpoint).map_err(anyhow::Error::msg)?;
         let queue = sinks::registered("zmq").queue(req, is_live);
         cfg.extra_sinks.push(SinkPlan {
             kind: "zmq",
