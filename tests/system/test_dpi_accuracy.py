@@ -46,7 +46,8 @@ def _sonde_labels(sonde, pcap: Path, backend: str, tmp: Path) -> Tuple[Dict, str
     p = sonde("-r", pcap, "--flows-out", flows, "--dpi", backend, *ARGS)
     assert "panicked" not in p.stderr, f"{pcap.name}: {p.stderr}"
     if p.returncode != 0:
-        return {}, p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
+        why = p.stderr.strip().splitlines()[-1] if p.stderr.strip() else "failed"
+        return {}, why.replace(str(pcap), pcap.name)
     return ndpi_oracle.sonde_labels(oracle.load_jsonl(str(flows))), ""
 
 
