@@ -212,6 +212,13 @@ def test_api_answers_equal_tshark_and_the_engine(served):
         assert code == 400 and says in body["error"], (path, body)
     code, body = _error(base, "/api/v1/nothing")
     assert code == 404 and "openapi" in body["error"]
+    # A parameter the route does not take (a typo in a script) is refused and named, with
+    # the ones it takes; so is any parameter on a route that takes none.
+    code, body = _error(base, "/api/v1/flows?limt=10")
+    assert code == 400 and '"limt"' in body["error"] and "limit" in body["error"], body
+    code, body = _error(base, "/api/v1/interface?verbose=1")
+    assert code == 400 and "takes none" in body["error"], body
+    assert _json(base, "/api/v1/flows?limit=1&sort=bytes")["limit"] == 1
 
 
 def test_api_counts_equal_the_final_summary(served):

@@ -15,6 +15,7 @@ pub mod auth;
 mod conn;
 pub mod console;
 mod history;
+mod params;
 pub mod snapshot;
 pub mod tls;
 pub mod users;
@@ -279,6 +280,8 @@ fn router(state: Arc<AppState>, auth: Arc<auth::Auth>) -> Router {
                 .route("/api/v1/events", get(events))
                 .with_state((state, auth.clone())),
         )
+        // Inside the login check: a stranger gets 401 whatever the query says.
+        .layer(middleware::from_fn(params::layer))
         .layer(middleware::from_fn_with_state(auth.clone(), auth::layer))
         .layer(middleware::map_response(safety_headers))
         .layer(middleware::map_response_with_state(auth, tls_headers))
