@@ -49,7 +49,8 @@ pub struct Config {
     pub max_templates_per_exporter: usize,
     /// Fields in one template. Default 512.
     pub max_fields_per_template: usize,
-    /// Sum of template sizes (16 bytes + 8 per field) per exporter. Default 256 KiB.
+    /// Heap memory the templates of one exporter may hold (each template's fields, its
+    /// shared box and table slot, allocator overhead included). Default 256 KiB.
     pub max_template_bytes_per_exporter: usize,
     /// Data sets that arrived before their template are kept (this many bytes per exporter,
     /// oldest dropped first) and decoded when the template comes. 0 disables. Default 64 KiB.

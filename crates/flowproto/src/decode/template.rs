@@ -29,9 +29,21 @@ pub(super) struct Template {
     pub received_ms: u64,
 }
 
+/// What one heap allocation costs beyond the bytes asked for (glibc malloc: a size word,
+/// rounded to 16 bytes).
+const ALLOC_OVERHEAD: usize = 16;
+
 impl Template {
+    /// The heap memory the template holds in the exporter's table, counted against
+    /// `max_template_bytes_per_exporter`: its `Arc` (two counts and the struct), the field
+    /// vector, and its slot in the table, at twice its size because the hash table may be at
+    /// most half full after growing, plus what each allocation costs the allocator.
     fn cost(&self) -> usize {
-        16 + 8 * self.fields.len()
+        use std::mem::size_of;
+        let arc = 2 * size_of::<usize>() + size_of::<Template>() + ALLOC_OVERHEAD;
+        let fields = self.fields.capacity() * size_of::<Field>() + ALLOC_OVERHEAD;
+        let slot = 2 * (size_of::<TKey>() + size_of::<std::sync::Arc<Template>>() + 1);
+        arc + fields + slot
     }
 }
 
@@ -411,6 +423,9 @@ fn add_template(
         reject(ex, sum);
         return;
     }
+    // The vector grew while the fields were read: its spare capacity would be memory the
+    // budget does not see.
+    fields.shrink_to_fit();
     let t = Template {
         fields,
         scope_count,
