@@ -84,6 +84,18 @@ pub enum Verdict {
     Is { proto: Proto, done: bool },
 }
 
+impl Verdict {
+    /// `Unsure` while the flow has shown fewer than `max` payload packets, then `No`: for a
+    /// detector that needs a later packet to decide but should not hold the flow for ever.
+    pub fn unsure_within(p: &Pkt<'_>, max: u8) -> Verdict {
+        if p.index < max {
+            Verdict::Unsure
+        } else {
+            Verdict::No
+        }
+    }
+}
+
 impl Proto {
     /// Convenience for detectors: `Verdict::Is { proto: self, done }`.
     pub fn is(self, done: bool) -> Verdict {

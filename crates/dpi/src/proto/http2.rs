@@ -288,17 +288,7 @@ s 00000500000000000168656c6c6f";
 
     fn run(e: Ends, c: &Conv) -> (Vec<Verdict>, Flow) {
         let mut f = Flow::default();
-        let mut out = Vec::new();
-        for (i, (from_client, b)) in c.iter().enumerate() {
-            let v = detect(&e.pkt(b, *from_client, i as u8), &mut f);
-            out.push(v);
-            match v {
-                Verdict::No | Verdict::Is { done: true, .. } => break,
-                Verdict::Is { proto, .. } => f.l7.proto = proto,
-                Verdict::Unsure => {}
-            }
-        }
-        (out, f)
+        (feed(detect, e, &mut f, c), f)
     }
 
     fn version(f: &Flow) -> Option<&str> {

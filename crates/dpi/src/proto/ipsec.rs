@@ -130,11 +130,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         };
     }
     f.scratch.esp[dir] = Some((spi, seq));
-    if p.index < MAX_UNSURE {
-        Verdict::Unsure
-    } else {
-        Verdict::No
-    }
+    Verdict::unsure_within(p, MAX_UNSURE)
 }
 
 #[cfg(test)]

@@ -499,17 +499,7 @@ mod tests {
 
     fn run(e: Ends, c: &Conv) -> (Vec<Verdict>, Flow) {
         let mut f = Flow::default();
-        let mut out = Vec::new();
-        for (i, (from_client, b)) in c.iter().enumerate() {
-            let v = detect(&e.pkt(b, *from_client, i as u8), &mut f);
-            out.push(v);
-            match v {
-                Verdict::No | Verdict::Is { done: true, .. } => break,
-                Verdict::Is { proto, .. } => f.l7.proto = proto,
-                Verdict::Unsure => {}
-            }
-        }
-        (out, f)
+        (feed(detect, e, &mut f, c), f)
     }
 
     fn is_irc(v: &[Verdict]) -> bool {

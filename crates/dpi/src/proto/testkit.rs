@@ -80,8 +80,11 @@ pub(crate) fn feed(
     for (i, (c, p)) in conv.iter().enumerate() {
         let v = detect(&e.pkt(p, *c, i as u8), f);
         out.push(v);
-        if matches!(v, Verdict::No | Verdict::Is { done: true, .. }) {
-            break;
+        match v {
+            Verdict::No | Verdict::Is { done: true, .. } => break,
+            // As the engine does: the owner sees its own label on later packets.
+            Verdict::Is { proto, .. } => f.l7.proto = proto,
+            Verdict::Unsure => {}
         }
     }
     out

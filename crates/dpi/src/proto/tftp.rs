@@ -104,7 +104,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
     };
     let Some(last) = f.scratch.tftp else {
         f.scratch.tftp = Some(cur);
-        return unsure(p);
+        return Verdict::unsure_within(p, MAX_UNSURE);
     };
     let answered = match (last.opcode, opcode) {
         (3, 4) => block == last.block,
@@ -127,15 +127,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         && (block == last.block || block == last.block.wrapping_add(1));
     if again {
         f.scratch.tftp = Some(cur);
-        unsure(p)
-    } else {
-        Verdict::No
-    }
-}
-
-fn unsure(p: &Pkt<'_>) -> Verdict {
-    if p.index < MAX_UNSURE {
-        Verdict::Unsure
+        Verdict::unsure_within(p, MAX_UNSURE)
     } else {
         Verdict::No
     }

@@ -42,11 +42,7 @@ pub fn detect(p: &Pkt<'_>, f: &mut Flow) -> Verdict {
         return Proto::WIREGUARD.is(true);
     }
     f.scratch.wireguard[dir] = Some((receiver, counter));
-    if p.index < MAX_UNSURE {
-        Verdict::Unsure
-    } else {
-        Verdict::No
-    }
+    Verdict::unsure_within(p, MAX_UNSURE)
 }
 
 #[cfg(test)]
