@@ -119,3 +119,22 @@ def test_curve_encrypted_chain_and_wrong_keys(sonde_bin, sonde, corpus, workdir)
     p = sonde("-r", corpus / "1kxun.pcap", "--zmq-export",
               f"tcp://127.0.0.1:{port}?curve={workdir / 'nope'}", "-q")
     assert p.returncode != 0 and "cannot read the key file" in p.stderr, p.stderr
+
+
+def test_zmq_allow_list_refuses_producers_from_other_addresses(sonde_bin, corpus, workdir):
+    """`zmq+tcp://…?allow=`: a producer connecting from 127.0.0.1 delivers nothing to a
+    collector that allows 10.0.0.0/8 only (refused in the ZAP handshake, counted), and every
+    flow to one that allows 127.0.0.0/8."""
+    port = _free_tcp_port()
+    stats, exported = _chain(sonde_bin, corpus, workdir,
+                             f"zmq+tcp://127.0.0.1:{port}?allow=10.0.0.0/8",
+                             [f"tcp://127.0.0.1:{port}"])
+    assert exported[0] > 0
+    assert stats["collected"]["decoded"] == 0, stats["collected"]
+    assert stats["collected"]["refused_sources"] >= 1, stats["collected"]
+    port = _free_tcp_port()
+    stats, exported = _chain(sonde_bin, corpus, workdir,
+                             f"zmq+tcp://127.0.0.1:{port}?allow=10.0.0.0/8,127.0.0.0/8",
+                             [f"tcp://127.0.0.1:{port}"])
+    assert stats["collected"]["decoded"] == exported[0] > 0, stats["collected"]
+    assert stats["collected"]["refused_sources"] == 0

@@ -43,6 +43,11 @@ impl AllowList {
         Ok(AllowList(nets))
     }
 
+    /// Whether the list lets every source in (no `allow=` given).
+    pub fn is_open(&self) -> bool {
+        self.0.is_empty()
+    }
+
     /// Whether records from `ip` are taken (an IPv4-mapped IPv6 source counts as IPv4).
     pub fn permits(&self, ip: std::net::IpAddr) -> bool {
         let ip = match ip {
@@ -67,15 +72,16 @@ pub enum CollectSource {
     Tcp(std::net::SocketAddr, AllowList),
     /// JSON flows over ZMQ: a PULL socket bound here; producers connect with --zmq-export.
     /// With a secret key file (`?curve=NAME_secret`), only CURVE producers that know the
-    /// collector's public key get through ([`crate::zmq_curve`]).
-    Zmq(String, Option<std::path::PathBuf>),
+    /// collector's public key get through ([`crate::zmq_curve`]); with an allow-list, only
+    /// producers connecting from those addresses (checked by a ZAP handler, [`zap_handler`]).
+    Zmq(String, Option<std::path::PathBuf>, AllowList),
     /// Flows on a Kafka topic (JSON or protobuf), read in a consumer group.
     Kafka(crate::kafka_source::KafkaSource),
 }
 
 impl CollectSource {
     /// Parses `udp://ADDR:PORT`, `tcp://ADDR:PORT` (IPFIX over TCP), `zmq+tcp://ADDR:PORT`,
-    /// or a bare `ADDR:PORT` (UDP); UDP and TCP take `?allow=NET[,NET…]`.
+    /// or a bare `ADDR:PORT` (UDP); each takes `?allow=NET[,NET…]`, ZMQ also `?curve=FILE`.
     pub fn parse(s: &str) -> Result<CollectSource, String> {
         if s.starts_with("kafka://") {
             return crate::kafka_source::KafkaSource::parse(s).map(CollectSource::Kafka);
@@ -87,7 +93,7 @@ impl CollectSource {
         let mut curve = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
-                Some(("allow", list)) if !zmq => {
+                Some(("allow", list)) => {
                     allow = AllowList::parse(list).map_err(|e| format!("--collect '{s}': {e}"))?;
                 }
                 Some(("curve", file)) if zmq && !file.is_empty() => {
@@ -96,7 +102,7 @@ impl CollectSource {
                 _ => {
                     return Err(format!(
                         "--collect '{s}': unknown option '{pair}' (udp:// and tcp:// take \
-                         ?allow=NET[,NET…], e.g. ?allow=10.0.0.0/8; zmq+tcp:// takes \
+                         ?allow=NET[,NET…], e.g. ?allow=10.0.0.0/8; zmq+tcp:// takes it and \
                          ?curve=SECRET_KEY_FILE, made by 'sonde zmq-keygen NAME')"
                     ))
                 }
@@ -115,7 +121,7 @@ impl CollectSource {
             "tcp" | "ipfix+tcp" => Ok(CollectSource::Tcp(addr()?, allow)),
             "zmq+tcp" | "zmq" => {
                 addr()?;
-                Ok(CollectSource::Zmq(format!("tcp://{rest}"), curve))
+                Ok(CollectSource::Zmq(format!("tcp://{rest}"), curve, allow))
             }
             other => Err(format!(
                 "--collect '{s}': unknown scheme '{other}' (use udp://, tcp://, zmq+tcp:// or kafka://)"
@@ -811,10 +817,16 @@ pub(crate) fn enlarge_receive_buffer(socket: &std::net::UdpSocket) {
 /// thousand flows (a few MiB of JSON).
 pub const ZMQ_MAX_MESSAGE: i64 = 64 << 20;
 
-/// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start).
+/// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start). With
+/// an allow-list, a ZAP handler thread (until `stop`) refuses producers from other addresses
+/// during their handshake, before any message of theirs is read, and counts them in
+/// `counters.refused_sources`.
 pub(crate) fn bind_zmq(
     endpoint: &str,
     curve: Option<&std::path::Path>,
+    allow: &AllowList,
+    stop: &Arc<AtomicBool>,
+    counters: &Arc<CollectorCounters>,
 ) -> Result<zmq::Socket, String> {
     let ctx = zmq::Context::new();
     let s = ctx
@@ -822,6 +834,22 @@ pub(crate) fn bind_zmq(
         .map_err(|e| format!("zmq: cannot create a socket: {e}"))?;
     if let Some(secret) = curve {
         crate::zmq_curve::serve(&s, secret, &format!("--collect zmq+{endpoint}"))?;
+    }
+    if !allow.is_open() {
+        // libzmq asks the handler bound on this well-known inproc endpoint of the socket's
+        // context; without a domain it would not ask for NULL (unencrypted) producers.
+        let zap = ctx
+            .socket(zmq::REP)
+            .and_then(|z| z.bind("inproc://zeromq.zap.01").map(|_| z))
+            .and_then(|z| z.set_rcvtimeo(200).map(|_| z))
+            .map_err(|e| format!("zmq: cannot start the allow-list's ZAP handler: {e}"))?;
+        s.set_zap_domain("sonde-collect")
+            .map_err(|e| format!("zmq: cannot set the ZAP domain: {e}"))?;
+        let (allow, stop, counters) = (allow.clone(), stop.clone(), counters.clone());
+        std::thread::Builder::new()
+            .name("collect-zmq-zap".into())
+            .spawn(move || zap_handler(zap, &allow, &stop, &counters))
+            .map_err(|e| format!("zmq: cannot start the ZAP handler thread: {e}"))?;
     }
     s.set_rcvtimeo(200)
         .map_err(|e| format!("zmq: cannot set a receive timeout: {e}"))?;
@@ -833,6 +861,40 @@ pub(crate) fn bind_zmq(
         format!("--collect {endpoint}: cannot listen ({e}); is the port in use or the address not local?")
     })?;
     Ok(s)
+}
+
+/// Answers libzmq's ZAP requests (RFC 27: version, request id, domain, address, identity,
+/// mechanism, credentials…) with 200 for producers whose address `allow` permits and 400 for
+/// the others, until `stop`.
+fn zap_handler(
+    zap: zmq::Socket,
+    allow: &AllowList,
+    stop: &AtomicBool,
+    counters: &CollectorCounters,
+) {
+    while !stop.load(Ordering::Relaxed) {
+        let frames = match zap.recv_multipart(0) {
+            Ok(f) => f,
+            Err(zmq::Error::EAGAIN) => continue,
+            Err(_) => break,
+        };
+        let request_id = frames.get(1).cloned().unwrap_or_default();
+        let address = frames.get(3).and_then(|a| std::str::from_utf8(a).ok());
+        let ip = address.and_then(|a| a.trim_matches(['[', ']']).parse::<std::net::IpAddr>().ok());
+        let permitted = ip.is_some_and(|ip| allow.permits(ip));
+        if !permitted {
+            counters.refused_sources.fetch_add(1, Ordering::Relaxed);
+        }
+        let (code, text): (&[u8], &[u8]) = if permitted {
+            (b"200", b"OK")
+        } else {
+            (b"400", b"address not in the collector's allow= list")
+        };
+        let reply: [&[u8]; 6] = [b"1.0", &request_id, code, text, b"", b""];
+        if zap.send_multipart(reply, 0).is_err() {
+            break;
+        }
+    }
 }
 
 #[cfg(test)]
@@ -875,7 +937,14 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let pull = bind_zmq(&format!("tcp://127.0.0.1:{port}"), None).unwrap();
+        let pull = bind_zmq(
+            &format!("tcp://127.0.0.1:{port}"),
+            None,
+            &AllowList::default(),
+            &Arc::new(AtomicBool::new(false)),
+            &Arc::new(CollectorCounters::default()),
+        )
+        .unwrap();
         let ctx = zmq::Context::new();
         let big = ctx.socket(zmq::PUSH).unwrap();
         big.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();

@@ -1023,9 +1023,15 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                     )
                                 })
                         }
-                        CollectSource::Zmq(endpoint, curve) => {
-                            let sock = collect::bind_zmq(endpoint, curve.as_deref())
-                                .map_err(ProbeError::Config)?;
+                        CollectSource::Zmq(endpoint, curve, allow) => {
+                            let sock = collect::bind_zmq(
+                                endpoint,
+                                curve.as_deref(),
+                                allow,
+                                &stop,
+                                &counters,
+                            )
+                            .map_err(ProbeError::Config)?;
                             std::thread::Builder::new()
                                 .name("collect-zmq".into())
                                 .spawn(move || collect::run_zmq(sock, out, stop, counters))
