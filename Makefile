@@ -50,7 +50,7 @@ lint:
 fmt:
 	$(CARGO) fmt --all
 
-# cargo-fuzz targets (crates/dpi/fuzz, crates/wire/fuzz), FUZZ_SECONDS each (default 10); needs
+# Every cargo-fuzz target (crates/*/fuzz, see tests/FUZZING.md), FUZZ_SECONDS each (default 10); needs
 # the nightly toolchain, installs cargo-fuzz when missing.
 fuzz-smoke:
 	scripts/fuzz-smoke.sh

@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Builds every cargo-fuzz target (crates/dpi/fuzz: `detectors`, every DPI detector alone, the
 # first input byte picking it, and `dispatch`, the whole DPI engine;
-# crates/analytics/fuzz: `filter_expr` and `bpf`;
-# crates/wire/fuzz: `decode`) and runs each for a few seconds from its seed corpus. Exits
+# crates/analytics/fuzz: `filter_expr` and `bpf`; crates/wire/fuzz: `decode`;
+# crates/flowproto/fuzz: `collect`; crates/capture/fuzz: `pcap_file`; crates/export/fuzz:
+# `zmq_json`; crates/history/fuzz: `filter_text`; crates/sonde/fuzz: `config_file`;
+# crates/scripts/fuzz: `lua`) and runs each for a few seconds from its seed corpus. Exits
 # non-zero when a target crashes (panic, sanitizer report, timeout, out of memory) and prints
 # per target the executions done (libFuzzer's final "Done N runs" line).
 #
@@ -26,7 +28,8 @@ export PATH="$HOME/.cargo/bin:$PATH"
 SECONDS_PER_TARGET=${FUZZ_SECONDS:-10}
 MAX_LEN=${FUZZ_MAX_LEN:-4096}
 JOBS=${FUZZ_JOBS:-$(nproc 2>/dev/null || echo 2)}
-PROJECTS=(crates/dpi crates/wire crates/flowproto crates/analytics)
+PROJECTS=(crates/dpi crates/wire crates/flowproto crates/analytics crates/capture crates/export
+    crates/history crates/sonde crates/scripts)
 # One target directory for both fuzz projects, so libFuzzer itself is compiled once.
 TARGET_DIR=$ROOT/target/fuzz
 
