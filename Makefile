@@ -4,7 +4,7 @@ CARGO ?= cargo
 # The nDPI backend (--dpi ndpi) links Debian's libndpi, which scripts/setup.sh installs.
 FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
-SAMPLE := samples/loopback-http-dns.pcapng
+SAMPLE := samples/demo.pcap
 
 .PHONY: setup console build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
 
@@ -24,7 +24,7 @@ build: setup console
 # printing a stats line per second and every flow as JSON when it ends, and keeping history in
 # ./sonde-data (the console's History page and traffic charts; it grows with each run).
 run: build
-	$(SONDE) -r $(SAMPLE) --replay realtime --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data
+	$(SONDE) -r $(SAMPLE) --replay loop --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data
 
 test: setup console
 	scripts/setup-test-deps.sh

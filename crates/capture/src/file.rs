@@ -49,6 +49,41 @@ pub struct FileSource {
     format: Format,
     packets: u64,
     last_ts_ns: u64,
+    /// `--replay loop`: start again at the end, with timestamps moved to the present.
+    looping: Option<Looping>,
+}
+
+/// Where a looped file's timestamps go: the first packet of the first pass at `start_ns`, each
+/// later pass a second after the last packet of the one before, so time only moves forward.
+#[derive(Debug)]
+struct Looping {
+    start_ns: u64,
+    /// The first timestamp of the file.
+    first_ts: Option<u64>,
+    /// Added to every timestamp (minus `first_ts`) of this pass.
+    offset_ns: u64,
+    last_out_ns: u64,
+    frames_this_pass: u64,
+    passes: u64,
+}
+
+impl Looping {
+    fn shift(&mut self, ts: u64) -> u64 {
+        let first = *self.first_ts.get_or_insert(ts);
+        let out = self.start_ns + self.offset_ns + ts.saturating_sub(first);
+        self.last_out_ns = self.last_out_ns.max(out);
+        self.frames_this_pass += 1;
+        out
+    }
+}
+
+/// A frame found in the buffer, before it is lent out (so the caller may rewind instead).
+struct Found {
+    link: LinkType,
+    ts_ns: u64,
+    wire_len: u32,
+    start: usize,
+    len: usize,
 }
 
 impl FileSource {
@@ -81,6 +116,7 @@ impl FileSource {
             },
             packets: 0,
             last_ts_ns: 0,
+            looping: None,
         };
         let have = src.fill(4)?;
         if have < 4 {
@@ -235,9 +271,62 @@ impl FileSource {
         }
     }
 
+    /// Reads the file again and again (`--replay loop`): at its end it starts over, and
+    /// timestamps are moved so that the first packet is at `start_ns` (e.g. now) and each pass
+    /// follows the one before a second after its last packet. A file without packets still ends.
+    pub fn loop_from(&mut self, start_ns: u64) {
+        self.looping = Some(Looping {
+            start_ns,
+            first_ts: None,
+            offset_ns: 0,
+            last_out_ns: start_ns,
+            frames_this_pass: 0,
+            passes: 0,
+        });
+    }
+
+    /// Whether the file is looped (it never ends by itself).
+    pub fn is_looping(&self) -> bool {
+        self.looping.is_some()
+    }
+
+    /// Passes over the file completed so far (looped files).
+    pub fn passes(&self) -> u64 {
+        self.looping.as_ref().map_or(0, |l| l.passes)
+    }
+
     /// The next frame and its link type, `Ok(None)` at the end of the file.
     #[inline]
     pub fn next_frame(&mut self) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+        let mut found = self.advance()?;
+        if found.is_none()
+            && self
+                .looping
+                .as_ref()
+                .is_some_and(|l| l.frames_this_pass > 0)
+        {
+            self.rewind()?;
+            found = self.advance()?;
+        }
+        let Some(f) = found else {
+            return Ok(None);
+        };
+        let ts_ns = match self.looping.as_mut() {
+            Some(l) => l.shift(f.ts_ns),
+            None => f.ts_ns,
+        };
+        Ok(Some((
+            f.link,
+            Frame {
+                ts_ns,
+                wire_len: f.wire_len,
+                data: &self.buf[f.start..f.start + f.len],
+            },
+        )))
+    }
+
+    #[inline]
+    fn advance(&mut self) -> Result<Option<Found>, CaptureError> {
         match self.format {
             Format::Pcap {
                 swapped,
@@ -248,13 +337,41 @@ impl FileSource {
         }
     }
 
+    /// Back to the first record, for the next pass of a looped file.
+    #[cold]
+    fn rewind(&mut self) -> Result<(), CaptureError> {
+        use std::io::Seek;
+        self.file.rewind().map_err(|e| CaptureError::Io {
+            path: self.path.clone(),
+            source: e,
+        })?;
+        (self.pos, self.end, self.base, self.eof) = (0, 0, 0, false);
+        match self.format {
+            // The file header again; the format (and link type) stays what it was.
+            Format::Pcap { .. } => {
+                if self.fill(24)? < 24 {
+                    return Err(self.truncated(0, 24));
+                }
+                self.pos = 24;
+            }
+            // The section header block comes first and resets the interfaces.
+            Format::PcapNg { .. } => {}
+        }
+        if let Some(l) = self.looping.as_mut() {
+            l.offset_ns = (l.last_out_ns + 1_000_000_000).saturating_sub(l.start_ns);
+            l.frames_this_pass = 0;
+            l.passes += 1;
+        }
+        Ok(())
+    }
+
     #[inline]
     fn next_pcap(
         &mut self,
         swapped: bool,
         nanos: bool,
         link: LinkType,
-    ) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+    ) -> Result<Option<Found>, CaptureError> {
         let have = self.fill(16)?;
         if have == 0 {
             return Ok(None);
@@ -283,18 +400,16 @@ impl FileSource {
         self.pos = start + caplen;
         self.packets += 1;
         self.last_ts_ns = ts_ns;
-        let data = &self.buf[start..start + caplen];
-        Ok(Some((
+        Ok(Some(Found {
             link,
-            Frame {
-                ts_ns,
-                wire_len: origlen.max(caplen as u32),
-                data,
-            },
-        )))
+            ts_ns,
+            wire_len: origlen.max(caplen as u32),
+            start,
+            len: caplen,
+        }))
     }
 
-    fn next_pcapng(&mut self) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+    fn next_pcapng(&mut self) -> Result<Option<Found>, CaptureError> {
         loop {
             let have = self.fill(12)?;
             if have == 0 {
@@ -422,15 +537,13 @@ impl FileSource {
                     self.pos += blen;
                     self.packets += 1;
                     self.last_ts_ns = ts_ns;
-                    let data = &self.buf[block_start + 28..block_start + 28 + caplen];
-                    return Ok(Some((
-                        iface.link,
-                        Frame {
-                            ts_ns,
-                            wire_len: origlen.max(caplen as u32),
-                            data,
-                        },
-                    )));
+                    return Ok(Some(Found {
+                        link: iface.link,
+                        ts_ns,
+                        wire_len: origlen.max(caplen as u32),
+                        start: block_start + 28,
+                        len: caplen,
+                    }));
                 }
                 // Simple packet block: interface 0, no timestamp (keep the previous one).
                 3 => {
@@ -445,15 +558,13 @@ impl FileSource {
                     };
                     self.pos += blen;
                     self.packets += 1;
-                    let data = &self.buf[block_start + 12..block_start + 12 + caplen];
-                    return Ok(Some((
-                        iface.link,
-                        Frame {
-                            ts_ns: self.last_ts_ns,
-                            wire_len: origlen.max(caplen as u32),
-                            data,
-                        },
-                    )));
+                    return Ok(Some(Found {
+                        link: iface.link,
+                        ts_ns: self.last_ts_ns,
+                        wire_len: origlen.max(caplen as u32),
+                        start: block_start + 12,
+                        len: caplen,
+                    }));
                 }
                 // Section header, statistics, name resolution, custom...: nothing to count.
                 _ => self.pos += blen,
@@ -525,6 +636,65 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("truncated"));
+    }
+
+    #[test]
+    fn looped_files_start_over_with_time_moving_forward() {
+        const S: u64 = 1_000_000_000;
+        let p = tmp("loop.pcap");
+        let mut w = PcapWriter::create(&p, LinkType::Ethernet).unwrap();
+        for (ts, byte) in [(10 * S, 1u8), (10 * S + S / 2, 2), (12 * S, 3)] {
+            w.write(ts, 60, &[byte; 60]).unwrap();
+        }
+        w.finish().unwrap();
+        let mut s = FileSource::open(&p).unwrap();
+        s.loop_from(1000 * S);
+        let mut got = Vec::new();
+        for _ in 0..7 {
+            let (_, f) = s.next_frame().unwrap().expect("a looped file never ends");
+            got.push((f.ts_ns, f.data[0]));
+        }
+        // Each pass starts a second after the last packet of the one before.
+        let want = [
+            (1000 * S, 1),
+            (1000 * S + S / 2, 2),
+            (1002 * S, 3),
+            (1003 * S, 1),
+            (1003 * S + S / 2, 2),
+            (1005 * S, 3),
+            (1006 * S, 1),
+        ];
+        assert_eq!(got, want);
+        assert_eq!(s.passes(), 2);
+
+        // pcapng (its section header resets the interfaces each pass): same frames each pass.
+        let sample =
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("../../samples/loopback-http-dns.pcapng");
+        let mut once = FileSource::open(&sample).unwrap();
+        let mut frames = Vec::new();
+        while let Some((_, f)) = once.next_frame().unwrap() {
+            frames.push(f.data.to_vec());
+        }
+        let mut s = FileSource::open(&sample).unwrap();
+        s.loop_from(0);
+        let mut last = 0;
+        for i in 0..frames.len() * 3 {
+            let (_, f) = s.next_frame().unwrap().unwrap();
+            assert_eq!(f.data, &frames[i % frames.len()][..], "frame {i}");
+            assert!(f.ts_ns >= last, "time went back at frame {i}");
+            last = f.ts_ns;
+        }
+        assert_eq!(s.passes(), 2);
+
+        // A file without a packet ends, looped or not.
+        let e = tmp("nothing.pcap");
+        PcapWriter::create(&e, LinkType::Ethernet)
+            .unwrap()
+            .finish()
+            .unwrap();
+        let mut s = FileSource::open(&e).unwrap();
+        s.loop_from(0);
+        assert!(s.next_frame().unwrap().is_none());
     }
 
     #[test]

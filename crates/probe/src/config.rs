@@ -19,6 +19,9 @@ pub enum Input {
 pub enum Replay {
     Fast,
     Realtime,
+    /// Paced, and read again at its end with its timestamps moved to now (each pass a second
+    /// after the last one's last packet); until stopped.
+    Loop,
 }
 
 impl Input {

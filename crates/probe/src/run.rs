@@ -881,8 +881,14 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         let mut ctxs: Vec<ShardCtx> = all_ctxs.drain(..per_input).collect();
         match input {
             Input::File(path) => {
-                let src = FileSource::open(path)?;
+                let mut src = FileSource::open(path)?;
                 file_len = Some(src.progress().1);
+                if cfg.replay == Replay::Loop {
+                    let now = std::time::SystemTime::now()
+                        .duration_since(std::time::UNIX_EPOCH)
+                        .map_or(0, |d| d.as_nanos() as u64);
+                    src.loop_from(now);
+                }
                 if let (Some(t), Some(link)) = (&trigger, src.link_type()) {
                     t.set_link_hint(link);
                 }
@@ -896,9 +902,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     _ => None,
                 };
                 let filters = Filters::new(cfg.filter.clone(), first_filter);
-                let pacer = (cfg.replay == Replay::Realtime).then(Pacer::new);
-                // A file ends by itself; --duration only ends the lingering after it.
-                if !cfg.linger {
+                let pacer = (cfg.replay != Replay::Fast).then(Pacer::new);
+                // A file ends by itself (a looped one does not); --duration only ends the
+                // lingering after it.
+                if !cfg.linger && cfg.replay != Replay::Loop {
                     deadline = None;
                 }
                 if per_input == 1 {
@@ -1201,6 +1208,8 @@ fn read_and_dispatch(
     let mut d = Decoded::default();
     let mut count: u64 = 0;
     let mut next_tick_ns = 0;
+    // A looped file has no end: stop requests are checked after every paced wait too.
+    let looping = src.is_looping();
     let send = |batches: &mut Vec<DecodedBatch>, i: usize| {
         let fresh = recycle.try_recv().unwrap_or_else(|_| new_batch());
         let full = std::mem::replace(&mut batches[i], fresh);
@@ -1237,6 +1246,9 @@ fn read_and_dispatch(
                             }
                         }
                         std::thread::sleep(wait);
+                        if looping && stop.load(Ordering::Relaxed) {
+                            break;
+                        }
                     }
                 }
                 match decoder.decode(link, f.ts_ns, f.data, f.wire_len, &mut d) {

@@ -228,6 +228,11 @@ impl ShardSource for FileInput {
         Fed::Work(n)
     }
 
+    /// A paced file is as slow as live traffic: housekeeping (and a stop request) on time.
+    fn timed(&self) -> bool {
+        self.pacer.is_some()
+    }
+
     fn report(&mut self, _ctx: &ShardCtx) {
         self.progress
             .store(self.src.progress().0, Ordering::Relaxed);

@@ -60,7 +60,9 @@ pub struct Cli {
     /// Shards per input (one per core); both directions of a flow always go to the same shard.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
-    /// Read a file as fast as possible, or paced by its timestamps.
+    /// Read a file as fast as possible (fast), paced by its timestamps (realtime), or paced and
+    /// over and over with its times moved to now, each pass after the last (loop: a demo or
+    /// a test bench that looks live; runs until Ctrl-C or --duration).
     #[arg(long, value_enum, default_value_t = ReplayArg::Fast)]
     pub replay: ReplayArg,
     /// Write expired flows to FILE ('-' for standard output).
@@ -230,6 +232,7 @@ pub enum OnOff {
 pub enum ReplayArg {
     Fast,
     Realtime,
+    Loop,
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]

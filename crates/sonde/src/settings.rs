@@ -317,6 +317,7 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.replay = match cli.replay {
         ReplayArg::Fast => Replay::Fast,
         ReplayArg::Realtime => Replay::Realtime,
+        ReplayArg::Loop => Replay::Loop,
     };
     cfg.engine = EngineConfig {
         max_flows: cli.max_flows,
