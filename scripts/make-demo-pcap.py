@@ -24,7 +24,7 @@ import struct
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-START = 1_795_683_600  # 2026-11-20 09:00:00 UTC; `--replay loop` moves it to now anyway
+START = 1_795_683_600  # 2026-11-26 09:00:00 UTC; `--replay loop` moves it to now anyway
 
 # Where each recorded protocol's server lives (by the capture's name before the first '-').
 SERVERS = {

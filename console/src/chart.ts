@@ -99,7 +99,26 @@ export class TimeChart {
         left: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] },
         right: { range: (_u, _min, max) => [0, max > 0 ? max * 1.1 : 1] },
       },
-      axes: [{ stroke: text, grid: { stroke: grid, width: 1 }, ticks: { stroke: grid, width: 1 } }, axis('left'), ...(hasRight ? [axis('right')] : [])],
+      axes: [
+        {
+          stroke: text,
+          grid: { stroke: grid, width: 1 },
+          ticks: { stroke: grid, width: 1 },
+          // Room for "Nov 24 14:00" between ticks, so labels never overlap.
+          space: 90,
+          // Our own labels, from the tick's own time and the span shown: the clock for short
+          // spans, the date for long ones (uPlot's defaults printed "8/19/29" for a 5-minute
+          // window). The labels drawn are kept in data-x-labels (tests read them).
+          values: (u, splits) => {
+            const span = (u.scales.x.max ?? 0) - (u.scales.x.min ?? 0);
+            const labels = splits.map((v) => timeLabel(v, span));
+            this.el.dataset.xLabels = JSON.stringify(splits.map((v, i) => [v, labels[i]]));
+            return labels;
+          },
+        },
+        axis('left'),
+        ...(hasRight ? [axis('right')] : []),
+      ],
       series: [
         {},
         ...this.opts.series.map((s) => ({
@@ -124,12 +143,34 @@ export class TimeChart {
 
   /** Adds a point at Unix time `t` (seconds) and drops what falls out of the window. */
   push(t: number, values: number[]): void {
+    // A point older than the newest (a prefilled one from the series) would fold the line back.
+    const newest = this.data[0][this.data[0].length - 1];
+    if (newest !== undefined && newest !== null && t <= newest) return;
     this.data[0].push(t);
     values.forEach((v, i) => this.data[i + 1].push(v));
     const from = t - (this.opts.window ?? 300);
     while (this.data[0].length > 0 && (this.data[0][0] ?? 0) < from) for (const col of this.data) col.shift();
     this.u?.setData(this.data as uPlot.AlignedData);
+    this.el.dataset.points = String(this.data[0].length);
     this.summary.textContent = this.opts.series.map((s, i) => `${s.label}: ${s.format(values[i])}`).join(', ');
+  }
+
+  /**
+   * A live chart's past, before its first pushed point: `columns` (one per series, null for a
+   * gap) at times `t`. Only points inside the window up to now are kept, so a series in a
+   * replayed file's own time (far from now) leaves the chart to the live points.
+   */
+  prefill(t: number[], columns: (number | null)[][]): void {
+    if (this.data[0].length > 0) return;
+    const now = Date.now() / 1000;
+    const from = now - (this.opts.window ?? 300);
+    const keep = t.map((x, i) => (x >= from && x <= now + 2 ? i : -1)).filter((i) => i >= 0);
+    // The newest seconds may not be stored yet: no gap between the past and the live points.
+    while (keep.length > 0 && columns.every((c) => c[keep[keep.length - 1]] === null)) keep.pop();
+    if (keep.length === 0) return;
+    this.data = [keep.map((i) => t[i]), ...columns.map((c) => keep.map((i) => c[i]))];
+    this.u?.setData(this.data as uPlot.AlignedData);
+    this.el.dataset.points = String(this.data[0].length);
   }
 
   /**
@@ -140,6 +181,7 @@ export class TimeChart {
     this.span = [from, to];
     this.data = [t, ...columns];
     this.u?.setData(this.data as uPlot.AlignedData);
+    this.el.dataset.points = String(t.length);
     this.summary.textContent = summary;
   }
 
@@ -160,4 +202,23 @@ function isolated(u: uPlot, si: number): number[] | null {
     if (col[i] != null && col[i - 1] == null && col[i + 1] == null) out.push(i);
   }
   return out.length > 0 ? out : null;
+}
+
+const MONTHS = ['Jan', 'Feb', 'Mar', 'Apr', 'May', 'Jun', 'Jul', 'Aug', 'Sep', 'Oct', 'Nov', 'Dec'];
+const pad = (n: number) => String(n).padStart(2, '0');
+
+/**
+ * The label of a time axis tick at Unix second `t` when `span` seconds are shown, in local
+ * time: "14:05:30" up to 10 minutes, "14:05" up to 2 days, "Nov 24 14:00" up to 2 weeks,
+ * "Nov 24" up to a year, "Nov 2026" beyond.
+ */
+export function timeLabel(t: number, span: number): string {
+  const d = new Date(t * 1000);
+  const clock = `${pad(d.getHours())}:${pad(d.getMinutes())}`;
+  const day = `${MONTHS[d.getMonth()]} ${d.getDate()}`;
+  if (span <= 600) return `${clock}:${pad(d.getSeconds())}`;
+  if (span <= 2 * 86400) return clock;
+  if (span <= 14 * 86400) return `${day} ${clock}`;
+  if (span <= 366 * 86400) return day;
+  return `${MONTHS[d.getMonth()]} ${d.getFullYear()}`;
 }

@@ -15,6 +15,7 @@ export const SPANS: [string, number][] = [
   ['1 h', HOUR],
   ['24 h', 24 * HOUR],
   ['7 d', 7 * 24 * HOUR],
+  ['30 d', 30 * 24 * HOUR],
   ['1 y', 365 * 24 * HOUR],
 ];
 /** The length of an interval of each resolution the server picks, in seconds. */
@@ -128,4 +129,21 @@ export function seriesCard(opts: SeriesChartOptions): { el: HTMLElement; stop: (
       chart.destroy();
     },
   };
+}
+
+/**
+ * The last minutes of a series as a live chart's past (its `prefill`): bits per second out and
+ * in, and packets per second both ways, per second of the last `seconds`.
+ */
+export async function recentRates(
+  family: 'interface' | 'hosts',
+  key: string,
+  seconds: number,
+): Promise<{ t: number[]; bitsOut: (number | null)[]; bitsIn: (number | null)[]; pkts: (number | null)[] }> {
+  const now = Math.floor(Date.now() / 1000);
+  const s = await api.series({ family, key, resolution: '1s', from: now - seconds, to: now + 1 });
+  const step = RESOLUTION[s.resolution] ?? 1;
+  const col = (i: number, mult: number) => s.points.map((p) => (p.value ? (p.value[i] * mult) / step : null));
+  const pkts = s.points.map((p) => (p.value ? (p.value[PACKETS_IN] + p.value[PACKETS_OUT]) / step : null));
+  return { t: s.points.map((p) => p.t), bitsOut: col(BYTES_OUT, 8), bitsIn: col(BYTES_IN, 8), pkts };
 }

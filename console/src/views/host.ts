@@ -10,7 +10,7 @@ import { appCell, flowColumns, hostLink } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { href } from '../router';
-import { seriesCard } from '../series';
+import { recentRates, seriesCard } from '../series';
 import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
 
@@ -70,6 +70,13 @@ export const host: View = (root, route, ctx) => {
     el('div', { class: 'grid' }, card('Applications', apps.el), card('Peers', peers.el), card('Server ports', ports.el)),
     el('section', { class: 'card wide', 'aria-labelledby': 'host-flows' }, el('h2', { id: 'host-flows' }, 'Flows'), flowsNote, flowsT.el),
   );
+
+  // With series on disk, the chart opens with the host's last five minutes instead of empty.
+  if (ctx.history) {
+    recentRates('hosts', vlan ? `${ip}@${vlan}` : ip, 300)
+      .then((r) => chart.prefill(r.t, [r.bitsOut, r.bitsIn]))
+      .catch(() => undefined);
+  }
 
   // Rates come from two consecutive refreshes: bytes now minus bytes then, over the time between.
   let prev: { t: number; sent: number; rcvd: number } | null = null;
