@@ -40,6 +40,8 @@ export interface Interface {
 
 /** One `interface` Server-Sent Event (each second). */
 export interface Tick {
+  /** Unix seconds of this point: the newest packet's for a file input, else the server's clock. */
+  t: number;
   packets: number;
   bytes: number;
   flows_active: number;

@@ -152,6 +152,7 @@ export class TimeChart {
     while (this.data[0].length > 0 && (this.data[0][0] ?? 0) < from) for (const col of this.data) col.shift();
     this.u?.setData(this.data as uPlot.AlignedData);
     this.el.dataset.points = String(this.data[0].length);
+    this.el.dataset.newest = String(t);
     this.summary.textContent = this.opts.series.map((s, i) => `${s.label}: ${s.format(values[i])}`).join(', ');
   }
 
@@ -171,6 +172,7 @@ export class TimeChart {
     this.data = [keep.map((i) => t[i]), ...columns.map((c) => keep.map((i) => c[i]))];
     this.u?.setData(this.data as uPlot.AlignedData);
     this.el.dataset.points = String(this.data[0].length);
+    this.el.dataset.newest = String(this.data[0][this.data[0].length - 1]);
   }
 
   /**

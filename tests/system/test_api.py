@@ -300,6 +300,13 @@ def test_events_stream_live_counters(sonde_bin, corpus):
         assert 1.5 < elapsed < 6, elapsed
         pk = [e["packets"] for e in events]
         assert pk == sorted(pk) and all(e["packets_per_s"] >= 0 for e in events)
+        # Each point is in the capture's own time (tshark's first and last packet), a second
+        # or so apart: the console charts a replayed file in its time, as its history.
+        times = oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "frame.time_epoch"]).split()
+        first, last = float(times[0]), float(times[-1])
+        ts = [e["t"] for e in events]
+        assert all(first <= t <= last + 10 for t in ts), (ts, first, last)
+        assert all(0.5 < b - a < 2.5 for a, b in zip(ts, ts[1:])), ts
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)

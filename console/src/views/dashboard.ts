@@ -75,7 +75,7 @@ export const dashboard: View = (root, _route, ctx) => {
 
   const unsubscribe = subscribe(
     (t) => {
-      chart.push(Date.now() / 1000, [t.bits_per_s, t.packets_per_s]);
+      chart.push(t.t, [t.bits_per_s, t.packets_per_s]);
       fBits.v.textContent = fmt.bits(t.bits_per_s);
       fPkts.v.textContent = fmt.pps(t.packets_per_s);
       fFlows.v.textContent = fmt.count(t.flows_active);

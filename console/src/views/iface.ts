@@ -79,7 +79,7 @@ export const iface: View = (root, _route, ctx) => {
   const unsubscribe = subscribe((t) => {
     const drops = lastDropped === null ? 0 : Math.max(0, t.dropped - lastDropped);
     lastDropped = t.dropped;
-    chart.push(Date.now() / 1000, [t.packets_per_s, drops]);
+    chart.push(t.t, [t.packets_per_s, drops]);
   });
   const stopPoll = poll(async (signal) => {
     const i = await api.iface(signal);

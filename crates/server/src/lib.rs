@@ -76,6 +76,9 @@ pub struct ServerInfo {
     pub data_dir: Option<std::path::PathBuf>,
     /// `--history clickhouse://…`: flow history and series from ClickHouse instead.
     pub flow_history: Option<Arc<sonde_probe::ClickHouseHistory>>,
+    /// The input is a file: the live charts follow its packets' time (a 2017 capture replayed
+    /// today is charted in 2017, as its history is), not the clock.
+    pub traffic_clock: bool,
 }
 
 pub(crate) struct AppState {
@@ -959,8 +962,9 @@ async fn events(
 > {
     use axum::response::sse::{Event, KeepAlive, Sse};
     let view = s.view.clone();
-    let start = (Instant::now(), total(&view));
-    let stream = futures_util::stream::unfold(start, move |(then, prev)| {
+    let traffic_clock = s.info.traffic_clock;
+    let start = (Instant::now(), total(&view), 0.0);
+    let stream = futures_util::stream::unfold(start, move |(then, prev, prev_time)| {
         let view = view.clone();
         let (auth, headers) = (auth.clone(), headers.clone());
         async move {
@@ -973,7 +977,17 @@ async fn events(
             let now = Instant::now();
             let t = total(&view);
             let dt = now.duration_since(then).as_secs_f64().max(1e-9);
+            // The time of this point: for a file, the newest packet's, moving on with the clock
+            // through a quiet second (so it is charted as zero, not skipped); else the clock's.
+            let time = if traffic_clock && t.last_packet_ns > 0 {
+                (t.last_packet_ns as f64 / 1e9).max(prev_time + dt)
+            } else {
+                std::time::SystemTime::now()
+                    .duration_since(std::time::UNIX_EPOCH)
+                    .map_or(0.0, |d| d.as_secs_f64())
+            };
             let data = json!({
+                "t": time,
                 "packets": t.packets,
                 "bytes": t.wire_bytes,
                 "flows_active": t.active_flows,
@@ -983,7 +997,7 @@ async fn events(
                 "bits_per_s": t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
             });
             let event = Event::default().event("interface").data(data.to_string());
-            Some((Ok(event), (now, t)))
+            Some((Ok(event), (now, t, time)))
         }
     });
     Sse::new(stream).keep_alive(KeepAlive::default())

@@ -142,6 +142,7 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 source: source_name.clone(),
                 data_dir: cli.data_dir.clone(),
                 flow_history,
+                traffic_clock: is_file,
             };
             let scheme = if cli.https_cert.is_some() {
                 "https"
