@@ -240,6 +240,42 @@ def test_records_with_impossible_counters_are_suspect(sonde_bin, workdir):
         ("10.0.0.1", 10)]
 
 
+def _ipfix_with_times(src, dst, packets, octets, start_ms, end_ms):
+    """One IPFIX message: a template (addresses, counters, flowStart/EndMilliseconds) and a
+    record of it."""
+    fields = [(8, 4), (12, 4), (2, 8), (1, 8), (152, 8), (153, 8)]
+    tmpl = struct.pack("!HH", 256, len(fields)) + b"".join(struct.pack("!HH", i, n) for i, n in fields)
+    tset = struct.pack("!HH", 2, 4 + len(tmpl)) + tmpl
+    rec = socket.inet_aton(src) + socket.inet_aton(dst) + struct.pack("!QQQQ", packets, octets, start_ms, end_ms)
+    dset = struct.pack("!HH", 256, 4 + len(rec)) + rec
+    body = tset + dset
+    return struct.pack("!HHIII", 10, 16 + len(body), int(time.time()), 0, 1) + body
+
+
+def test_records_from_the_future_are_suspect_and_do_not_stop_timeouts(sonde_bin, workdir):
+    """A record whose times are far after its arrival (random bytes: an end in 2^63 ms) is
+    suspect: it used to move the shard's clock past the end of time, after which no flow ever
+    timed out. The sound record sent after it still ends by its idle timeout."""
+    port = _free_udp_port()
+    stats = workdir / "stats.json"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"udp://127.0.0.1:{port}", "--duration", "6",
+         "--idle-timeout", "1", "--stats-json", str(stats), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    time.sleep(0.5)
+    now_ms = int(time.time() * 1000)
+    s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+    s.sendto(_ipfix_with_times("10.0.0.1", "10.0.0.2", 10, 6_000, now_ms, 1 << 63), ("127.0.0.1", port))
+    time.sleep(0.5)
+    s.sendto(_ipfix_with_times("10.0.0.3", "10.0.0.4", 10, 6_000, now_ms - 2_000, now_ms), ("127.0.0.1", port))
+    s.close()
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    st = json.loads(stats.read_text())
+    assert st["collected"]["suspect"] == 1, st["collected"]
+    assert st["flows"]["ended"]["idle_timeout"] == 1, st["flows"]
+
+
 def test_sflow_samples_scaled(sonde_bin, workdir):
     flowproto = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "flowproto"
     pcap = flowproto / "akvorado_sflow_data-1140.pcap"

@@ -64,8 +64,21 @@ const MAX_PACKETS_PER_SECOND: u64 = 2_400_000_000;
 /// The duration assumed for a record without timestamps: an hour, longer than any exporter's
 /// active timeout.
 const UNTIMED_SECONDS: u64 = 3_600;
+/// How far after its arrival a record's times may be (an exporter's clock ahead of ours).
+pub const MAX_CLOCK_AHEAD_MS: u64 = 3_600_000;
 
 impl CollectedFlow {
+    /// [`CollectedFlow::impossible`], and times more than [`MAX_CLOCK_AHEAD_MS`] after the
+    /// record arrived (`arrival_ms`, Unix milliseconds by the collector's clock). A flow cannot
+    /// end in the future; one record claiming so (random bytes do) would move the engine's
+    /// clock there and stop its timeouts.
+    pub fn impossible_at(&self, arrival_ms: u64) -> Option<&'static str> {
+        if self.first_ms.max(self.last_ms) > arrival_ms.saturating_add(MAX_CLOCK_AHEAD_MS) {
+            return Some("times more than an hour after its arrival");
+        }
+        self.impossible()
+    }
+
     /// Why the record's counters cannot be real, if they cannot: packets of under 20 or over
     /// 65535 bytes on average, or more packets than links carry in the record's duration (plus
     /// a second). Random bytes that parse as NetFlow v5 claim such counters; the collector
@@ -183,7 +196,7 @@ mod tests {
             rev_bytes: 5,
             ..ok.clone()
         };
-        for f in [tiny, huge, flood, reverse] {
+        for f in [tiny.clone(), huge, flood, reverse] {
             assert!(f.impossible().is_some(), "{f:?}");
         }
         // An hour of a 100 Gb/s link in one record without timestamps is possible.
@@ -193,5 +206,29 @@ mod tests {
             ..CollectedFlow::default()
         };
         assert_eq!(untimed.impossible(), None);
+        // Times are checked against the arrival: an hour of clock skew is taken, not more.
+        let arrival = 1_795_000_000_000;
+        let timed = |first_ms, last_ms| CollectedFlow {
+            first_ms,
+            last_ms,
+            ..ok.clone()
+        };
+        assert_eq!(timed(arrival - 5_000, arrival).impossible_at(arrival), None);
+        assert_eq!(
+            timed(arrival, arrival + 3_000_000).impossible_at(arrival),
+            None
+        );
+        assert!(timed(arrival, arrival + 3_700_000)
+            .impossible_at(arrival)
+            .is_some());
+        assert!(timed(u64::MAX / 2, u64::MAX / 2)
+            .impossible_at(arrival)
+            .is_some());
+        assert!(tiny.impossible_at(arrival).is_some());
+        // Replayed old records (times in the past) are taken.
+        assert_eq!(
+            timed(1_500_000_000_000, 1_500_000_001_000).impossible_at(arrival),
+            None
+        );
     }
 }

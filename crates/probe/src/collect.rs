@@ -383,7 +383,7 @@ fn report(collector: &Collector) -> ExporterReport {
         .collect()
 }
 
-fn now_ms() -> u64 {
+pub(crate) fn now_ms() -> u64 {
     wall_ns() / 1_000_000
 }
 
@@ -400,12 +400,14 @@ fn decode_into(
     let (flows, samples) = scratch;
     let into = out.single_batch().unwrap_or(flows);
     let before = into.len();
-    let decoded = collector.decode(exporter, data, now_ms(), into, samples);
+    let arrival = now_ms();
+    let decoded = collector.decode(exporter, data, arrival, into, samples);
     let records = into.len() - before + samples.len();
-    // Records whose counters cannot be real (random bytes that parse) are counted, not kept.
+    // Records whose counters or times cannot be real (random bytes that parse) are counted,
+    // not kept.
     let mut kept = before;
     for i in before..into.len() {
-        if into[i].impossible().is_some() {
+        if into[i].impossible_at(arrival).is_some() {
             counters.suspect.fetch_add(1, Ordering::Relaxed);
         } else {
             into.swap(kept, i);
@@ -774,8 +776,9 @@ pub(crate) fn run_zmq(
                 counters
                     .errors
                     .fetch_add(errors.len() as u64, Ordering::Relaxed);
+                let arrival = now_ms();
                 for f in flows {
-                    if f.impossible().is_some() {
+                    if f.impossible_at(arrival).is_some() {
                         counters.suspect.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

@@ -191,8 +191,9 @@ pub(crate) fn run_kafka(
                     .records
                     .fetch_add(flows.len() as u64, Ordering::Relaxed);
                 counters.errors.fetch_add(errors as u64, Ordering::Relaxed);
+                let arrival = crate::collect::now_ms();
                 for mut f in flows {
-                    if f.impossible().is_some() {
+                    if f.impossible_at(arrival).is_some() {
                         counters.suspect.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

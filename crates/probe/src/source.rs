@@ -425,7 +425,7 @@ impl CollectedInput {
 
     fn clock(&self) -> Option<u64> {
         self.base
-            .map(|(ns, at)| ns + at.elapsed().as_nanos() as u64)
+            .map(|(ns, at)| ns.saturating_add(at.elapsed().as_nanos() as u64))
     }
 }
 
