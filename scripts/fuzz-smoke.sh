@@ -19,7 +19,8 @@
 #
 # Needs the nightly toolchain (installed with rustup when missing) and cargo-fuzz (installed
 # with `cargo install cargo-fuzz --locked` when missing). The committed seed corpora under
-# crates/*/fuzz/corpus are only read; new inputs go to FUZZ_WORK.
+# crates/*/fuzz/corpus are only read; new inputs go to FUZZ_WORK, which starts from the grown
+# corpora of earlier long runs (tests/fuzz-corpora/TARGET.tar.xz) when it has none.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 ROOT=$PWD
@@ -74,6 +75,11 @@ fuzz_one() {
         return
     fi
     mkdir -p "$WORK/corpus/$t" "$WORK/artifacts"
+    # The corpus the long runs grew (tests/FUZZING.md), when this work directory has none yet.
+    local grown=$ROOT/tests/fuzz-corpora/$t.tar.xz
+    if [[ -f "$grown" && -z "$(ls -A "$WORK/corpus/$t")" ]]; then
+        tar -xJf "$grown" -C "$WORK/corpus"
+    fi
     # -timeout: one input taking this long is a hang; -rss_limit_mb: libFuzzer's default.
     "$bin" -max_total_time="$SECONDS_PER_TARGET" -max_len="$MAX_LEN" -timeout=10 \
         -rss_limit_mb=2048 -print_final_stats=1 \
