@@ -68,15 +68,18 @@ const UNTIMED_SECONDS: u64 = 3_600;
 pub const MAX_CLOCK_AHEAD_MS: u64 = 3_600_000;
 
 impl CollectedFlow {
-    /// [`CollectedFlow::impossible`], and times more than [`MAX_CLOCK_AHEAD_MS`] after the
-    /// record arrived (`arrival_ms`, Unix milliseconds by the collector's clock). A flow cannot
-    /// end in the future; one record claiming so (random bytes do) would move the engine's
-    /// clock there and stop its timeouts.
-    pub fn impossible_at(&self, arrival_ms: u64) -> Option<&'static str> {
-        if self.first_ms.max(self.last_ms) > arrival_ms.saturating_add(MAX_CLOCK_AHEAD_MS) {
-            return Some("times more than an hour after its arrival");
+    /// Drops the record's times when they are more than [`MAX_CLOCK_AHEAD_MS`] after it arrived
+    /// (`arrival_ms`, Unix milliseconds by the collector's clock), so that it counts at its
+    /// arrival instead; true when it did. A flow cannot end in the future: one record claiming
+    /// so (random bytes do, with an end in 2^63 ms) moved the engine's clock there and stopped
+    /// its timeouts. Its counters may still be right (softflowd reading a file exports times
+    /// days ahead), so it is kept.
+    pub fn retime_if_ahead(&mut self, arrival_ms: u64) -> bool {
+        let ahead = self.first_ms.max(self.last_ms) > arrival_ms.saturating_add(MAX_CLOCK_AHEAD_MS);
+        if ahead {
+            (self.first_ms, self.last_ms) = (0, 0);
         }
-        self.impossible()
+        ahead
     }
 
     /// Why the record's counters cannot be real, if they cannot: packets of under 20 or over
@@ -208,27 +211,28 @@ mod tests {
         assert_eq!(untimed.impossible(), None);
         // Times are checked against the arrival: an hour of clock skew is taken, not more.
         let arrival = 1_795_000_000_000;
-        let timed = |first_ms, last_ms| CollectedFlow {
-            first_ms,
-            last_ms,
-            ..ok.clone()
+        let retimed = |first_ms, last_ms| {
+            let mut f = CollectedFlow {
+                first_ms,
+                last_ms,
+                ..ok.clone()
+            };
+            (f.retime_if_ahead(arrival), f.first_ms, f.last_ms)
         };
-        assert_eq!(timed(arrival - 5_000, arrival).impossible_at(arrival), None);
+        let kept = |a, b| (false, a, b);
         assert_eq!(
-            timed(arrival, arrival + 3_000_000).impossible_at(arrival),
-            None
+            retimed(arrival - 5_000, arrival),
+            kept(arrival - 5_000, arrival)
         );
-        assert!(timed(arrival, arrival + 3_700_000)
-            .impossible_at(arrival)
-            .is_some());
-        assert!(timed(u64::MAX / 2, u64::MAX / 2)
-            .impossible_at(arrival)
-            .is_some());
-        assert!(tiny.impossible_at(arrival).is_some());
-        // Replayed old records (times in the past) are taken.
         assert_eq!(
-            timed(1_500_000_000_000, 1_500_000_001_000).impossible_at(arrival),
-            None
+            retimed(arrival, arrival + 3_000_000),
+            kept(arrival, arrival + 3_000_000)
         );
+        assert_eq!(retimed(arrival, arrival + 3_700_000), (true, 0, 0));
+        assert_eq!(retimed(u64::MAX / 2, u64::MAX / 2), (true, 0, 0));
+        // Replayed old records (times in the past) keep their times.
+        let old = (1_500_000_000_000, 1_500_000_001_000);
+        assert_eq!(retimed(old.0, old.1), kept(old.0, old.1));
+        assert!(tiny.impossible().is_some());
     }
 }

@@ -153,6 +153,9 @@ pub struct CollectorCounters {
     /// Decoded records whose counters cannot be real ([`CollectedFlow::impossible`]), kept
     /// out of the tables.
     pub suspect: AtomicU64,
+    /// Records whose times were over an hour after their arrival: counted at their arrival
+    /// instead ([`CollectedFlow::retime_if_ahead`]).
+    pub retimed: AtomicU64,
     /// Each exporter's statistics as of about a second ago (the receivers publish them), for
     /// the alerts' checks: an exporter that stopped sending, sequence gaps.
     pub exporters: std::sync::Mutex<std::collections::HashMap<std::net::SocketAddr, ExporterStats>>,
@@ -407,7 +410,10 @@ fn decode_into(
     // not kept.
     let mut kept = before;
     for i in before..into.len() {
-        if into[i].impossible_at(arrival).is_some() {
+        if into[i].retime_if_ahead(arrival) {
+            counters.retimed.fetch_add(1, Ordering::Relaxed);
+        }
+        if into[i].impossible().is_some() {
             counters.suspect.fetch_add(1, Ordering::Relaxed);
         } else {
             into.swap(kept, i);
@@ -777,8 +783,11 @@ pub(crate) fn run_zmq(
                     .errors
                     .fetch_add(errors.len() as u64, Ordering::Relaxed);
                 let arrival = now_ms();
-                for f in flows {
-                    if f.impossible_at(arrival).is_some() {
+                for mut f in flows {
+                    if f.retime_if_ahead(arrival) {
+                        counters.retimed.fetch_add(1, Ordering::Relaxed);
+                    }
+                    if f.impossible().is_some() {
                         counters.suspect.fetch_add(1, Ordering::Relaxed);
                         continue;
                     }

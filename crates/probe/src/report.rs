@@ -128,6 +128,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "connections_refused": s.collector_connections_refused,
             "refused_sources": s.collector_refused_sources,
             "suspect": s.collector_suspect,
+            "retimed": s.collector_retimed,
             "records": t.collected_records,
             "samples": t.collected_samples,
             "packets": t.collected_packets,

@@ -80,6 +80,7 @@ pub struct Summary {
     pub collector_refused_sources: u64,
     /// Decoded records with impossible counters, kept out of the tables.
     pub collector_suspect: u64,
+    pub collector_retimed: u64,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
@@ -349,6 +350,7 @@ impl Probe {
                 .refused_sources
                 .load(Ordering::Relaxed),
             collector_suspect: self.collector_counters.suspect.load(Ordering::Relaxed),
+            collector_retimed: self.collector_counters.retimed.load(Ordering::Relaxed),
             elapsed: self.started.elapsed(),
             error,
         })
