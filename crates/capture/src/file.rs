@@ -64,7 +64,6 @@ struct Looping {
     offset_ns: u64,
     last_out_ns: u64,
     frames_this_pass: u64,
-    passes: u64,
 }
 
 impl Looping {
@@ -281,18 +280,12 @@ impl FileSource {
             offset_ns: 0,
             last_out_ns: start_ns,
             frames_this_pass: 0,
-            passes: 0,
         });
     }
 
     /// Whether the file is looped (it never ends by itself).
     pub fn is_looping(&self) -> bool {
         self.looping.is_some()
-    }
-
-    /// Passes over the file completed so far (looped files).
-    pub fn passes(&self) -> u64 {
-        self.looping.as_ref().map_or(0, |l| l.passes)
     }
 
     /// The next frame and its link type, `Ok(None)` at the end of the file.
@@ -360,7 +353,6 @@ impl FileSource {
         if let Some(l) = self.looping.as_mut() {
             l.offset_ns = (l.last_out_ns + 1_000_000_000).saturating_sub(l.start_ns);
             l.frames_this_pass = 0;
-            l.passes += 1;
         }
         Ok(())
     }
@@ -665,7 +657,6 @@ mod tests {
             (1006 * S, 1),
         ];
         assert_eq!(got, want);
-        assert_eq!(s.passes(), 2);
 
         // pcapng (its section header resets the interfaces each pass): same frames each pass.
         let sample =
@@ -684,7 +675,6 @@ mod tests {
             assert!(f.ts_ns >= last, "time went back at frame {i}");
             last = f.ts_ns;
         }
-        assert_eq!(s.passes(), 2);
 
         // A file without a packet ends, looped or not.
         let e = tmp("nothing.pcap");

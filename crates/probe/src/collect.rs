@@ -162,6 +162,20 @@ pub struct CollectorCounters {
 }
 
 impl CollectorCounters {
+    /// Whether a decoded record may enter the tables, every collector alike: times over an
+    /// hour after its arrival (`arrival_ms`) are dropped so it counts at its arrival (counted
+    /// as retimed); counters no link carries make it suspect (counted, and false).
+    pub fn admit(&self, f: &mut CollectedFlow, arrival_ms: u64) -> bool {
+        if f.retime_if_ahead(arrival_ms) {
+            self.retimed.fetch_add(1, Ordering::Relaxed);
+        }
+        if f.impossible().is_some() {
+            self.suspect.fetch_add(1, Ordering::Relaxed);
+            return false;
+        }
+        true
+    }
+
     /// Publishes `collector`'s exporters when `last` is a second old (a receiver's own pace).
     fn publish(&self, collector: &Collector, last: &mut std::time::Instant) {
         if last.elapsed() < Duration::from_secs(1) {
@@ -410,12 +424,7 @@ fn decode_into(
     // not kept.
     let mut kept = before;
     for i in before..into.len() {
-        if into[i].retime_if_ahead(arrival) {
-            counters.retimed.fetch_add(1, Ordering::Relaxed);
-        }
-        if into[i].impossible().is_some() {
-            counters.suspect.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if counters.admit(&mut into[i], arrival) {
             into.swap(kept, i);
             kept += 1;
         }
@@ -784,14 +793,9 @@ pub(crate) fn run_zmq(
                     .fetch_add(errors.len() as u64, Ordering::Relaxed);
                 let arrival = now_ms();
                 for mut f in flows {
-                    if f.retime_if_ahead(arrival) {
-                        counters.retimed.fetch_add(1, Ordering::Relaxed);
+                    if counters.admit(&mut f, arrival) {
+                        out.flow(f);
                     }
-                    if f.impossible().is_some() {
-                        counters.suspect.fetch_add(1, Ordering::Relaxed);
-                        continue;
-                    }
-                    out.flow(f);
                 }
                 out.flush();
             }

@@ -193,11 +193,7 @@ pub(crate) fn run_kafka(
                 counters.errors.fetch_add(errors as u64, Ordering::Relaxed);
                 let arrival = crate::collect::now_ms();
                 for mut f in flows {
-                    if f.retime_if_ahead(arrival) {
-                        counters.retimed.fetch_add(1, Ordering::Relaxed);
-                    }
-                    if f.impossible().is_some() {
-                        counters.suspect.fetch_add(1, Ordering::Relaxed);
+                    if !counters.admit(&mut f, arrival) {
                         continue;
                     }
                     // A sonde's ended flow: passed on as it is, at once.

@@ -1247,7 +1247,7 @@ fn read_and_dispatch(
                                 send(&mut batches, i);
                             }
                         }
-                        std::thread::sleep(wait);
+                        source::sleep_unless_stopped(wait, &stop);
                         if looping && stop.load(Ordering::Relaxed) {
                             break;
                         }

@@ -246,7 +246,7 @@ impl ShardSource for FileInput {
     }
 }
 
-fn sleep_unless_stopped(total: Duration, stop: &AtomicBool) {
+pub(crate) fn sleep_unless_stopped(total: Duration, stop: &AtomicBool) {
     let deadline = Instant::now() + total;
     while !stop.load(Ordering::Relaxed) {
         let now = Instant::now();
