@@ -379,3 +379,62 @@ def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
     finally:
         proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
+
+
+def _churn_pcap(path: Path, minutes: int = 40, pps: int = 20, per_window: int = 100):
+    """UDP from `per_window` client addresses a minute to 10 servers; every 5th minute brings
+    back the clients of 10 minutes before (hosts that lose their series column and return)."""
+    import random
+    import struct
+    rnd = random.Random(5)
+    t0 = 1_700_006_400
+    with open(path, "wb") as f:
+        f.write(struct.pack("<IHHiIII", 0xA1B2C3D4, 2, 4, 0, 0, 65535, 1))
+        for sec in range(minutes * 60):
+            w = sec // 60
+            base = (w - 10 if w % 5 == 4 and w >= 10 else w) * per_window
+            for i in range(pps):
+                c = base + rnd.randrange(per_window)
+                src = struct.pack("!I", (10 << 24) + c)
+                dst = struct.pack("!I", (20 << 24) + rnd.randrange(10))
+                payload = b"q" * (10 + c % 50)
+                ip = struct.pack("!BBHHHBBH4s4s", 0x45, 0, 28 + len(payload), 0, 0, 64, 17, 0, src, dst)
+                udp = struct.pack("!HHHH", 1024 + c % 60000, 53, 8 + len(payload), 0)
+                pkt = bytes(6) + bytes.fromhex("020000000002") + b"\x08\x00" + ip + udp + payload
+                f.write(struct.pack("<IIII", t0 + sec, i * (1_000_000 // pps), len(pkt), len(pkt)) + pkt)
+
+
+def test_idle_host_series_give_their_columns_and_stay_readable(sonde, workdir):
+    """With hosts churning, idle hosts' series columns go to new hosts: the columns follow the
+    hosts active lately, not every host seen, and every host's series (returning ones too)
+    still adds up to its counters at 1 min, 1 h and 1 day."""
+    pcap = workdir / "churn.pcap"
+    _churn_pcap(pcap)
+    data, stats, hosts = workdir / "data", workdir / "stats.json", workdir / "hosts.jsonl"
+    p = sonde("-r", pcap, "--data-dir", data, "--stats-json", stats, "--hosts-out", hosts,
+              "--series-reuse-after", "120", "--idle-timeout", "30", "-q")
+    assert p.returncode == 0, p.stderr
+    st = json.loads(stats.read_text())["series"]
+    # A host that comes back and got its counters from the host cache in time has a record
+    # with the same FIRST_SEEN that holds both stays; otherwise a record for each stay.
+    stays = {}
+    for h in oracle.load_jsonl(str(hosts)):
+        stays[(h["IP_ADDR"], h["FIRST_SEEN"])] = (int(h["SENT_BYTES"]), int(h["RCVD_BYTES"]))
+    per_host = collections.defaultdict(lambda: [0, 0])
+    for (ip, _), (sent, rcvd) in stays.items():
+        per_host[ip][0] += sent
+        per_host[ip][1] += rcvd
+    clients = [k for k in per_host if k.startswith("10.")]
+    assert len(clients) > 2500, len(clients)
+    # About 100 clients a minute, idle 120 s before reuse: a few hundred columns.
+    assert st["host_columns"] < 800, st
+    assert st["reused_columns"] >= len(per_host) - st["host_columns"], st
+    listed = set(filter(None, sonde("query", "--data-dir", data, "series", "--family", "hosts",
+                                    "--list").stdout.split("\n")))
+    assert listed == set(per_host)
+    span = ["--from", "1700006400", "--to", str(1700006400 + 86400)]
+    returning = [f"10.0.{c >> 8}.{c & 255}" for c in (400, 450, 499)]  # minute 4, back at 14
+    for key in sorted(clients)[::97] + returning + ["20.0.0.1"]:
+        for res in ("1m", "1h", "1d"):
+            s = _sums(_series(sonde, data, "--family", "hosts", "--key", key, "--resolution", res, *span))
+            assert [s["BYTES_OUT"], s["BYTES_IN"]] == per_host[key], (key, res)

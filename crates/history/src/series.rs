@@ -12,6 +12,7 @@
 //! DATA_DIR/VERSION                        "sonde-data 1\n" (see crate::store)
 //! DATA_DIR/series/CHECKPOINT              what is durable (64 bytes, below)
 //! DATA_DIR/series/FAMILY/keys             one escaped key per line; line i is column i
+//! DATA_DIR/series/FAMILY/owners           "COL SECOND KEY" per line: column COL reused
 //! DATA_DIR/series/FAMILY/RES-NNNN.ring    ring of resolution RES (1s, 1m, 1h, 1d) for the
 //!                                         columns NNNN*4096 .. NNNN*4096+4095
 //! ```
@@ -20,7 +21,24 @@
 //! a host with its VLAN, "TLS.Google" for an application, [`INTERFACE_TOTAL`] for the interface;
 //! the interface's gauges are series of their own, see [`GAUGE_ACTIVE_HOSTS`]). In the keys file
 //! `\` is written `\\`, a newline `\n` and any other control character `\u{HEX}`, so no key can
-//! break the one-key-per-line format. Keys are only appended; a key keeps its column for ever.
+//! break the one-key-per-line format. Keys are only appended.
+//!
+//! # Reused columns
+//!
+//! A column whose series had no data for [`Config::reuse_after`] seconds (10 minutes by
+//! default) is given to the next new key instead of a new column, so the columns, files and
+//! memory follow the series active lately, not every key ever seen (a flood of spoofed hosts
+//! fills no key space for good). The owners file records each reassignment, in order: from
+//! second SECOND on, column COL holds KEY (escaped as in the keys file). Line i of the keys
+//! file names the first owner of column i; a key may be listed there again when it came back
+//! after losing its column and no column was free.
+//!
+//! A series is thus a list of segments: column, from, until. The writer empties the column's
+//! open minute, hour and day when it reuses it, so the rows of the intervals in which the new
+//! owner took the column hold the new owner's data only; the old owner had none in the open
+//! minute (it was idle), and its share of the open hour and day, kept in the minute and hour
+//! rows, is what a reader adds up for the intervals in which its segment ends, as long as
+//! those finer rows are kept (a gap after that).
 //!
 //! A ring file is a 64-byte header then `slots` rows of a fixed size; the row of time `t` (the
 //! start of its interval, in seconds since 1970) is slot `t / resolution % slots`, so the ring
@@ -84,7 +102,7 @@
 //! # Reading
 //!
 //! [`SeriesReader`] reads the files of a running or a stopped writer: one point per interval,
-//! with `None` for a gap.
+//! with `None` for a gap, over all the columns a series held.
 
 use crate::store::{prepare_data_dir, StoreError};
 use std::collections::HashMap;
@@ -92,6 +110,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 #[cfg(test)]
 mod tests;
@@ -117,6 +136,7 @@ const RING_MAGIC: &[u8; 8] = b"SONDERNG";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"SONDECKP";
 const CHECKPOINT_NAME: &str = "CHECKPOINT";
 const KEYS_NAME: &str = "keys";
+const OWNERS_NAME: &str = "owners";
 const HEADER_LEN: u64 = 64;
 const ROW_HEADER: u64 = 16;
 const ROW_TRAILER: u64 = 8;
@@ -268,6 +288,11 @@ pub struct Config {
     /// Series per family at most; further keys are refused (and counted). Each block of 4096
     /// series keeps 4 files open.
     pub max_keys: u32,
+    /// Seconds a series may go without data before its column can be given to a new key (0:
+    /// never). Columns are reused before new ones are added, so the number of columns, files
+    /// and memory follows the series active within this time, not every key ever seen (a
+    /// flood of spoofed hosts cannot fill the key space for good). At least 120 s.
+    pub reuse_after: u64,
 }
 
 impl Default for Config {
@@ -275,6 +300,7 @@ impl Default for Config {
         Config {
             slots: Resolution::ALL.map(Resolution::default_slots),
             max_keys: 1 << 18,
+            reuse_after: 600,
         }
     }
 }
@@ -297,6 +323,18 @@ impl Config {
                     ),
                 });
             }
+        }
+        if self.reuse_after != 0 && self.reuse_after < 120 {
+            return Err(StoreError::Io {
+                path: dir.to_path_buf(),
+                err: io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!(
+                        "series columns reused after {} s idle: give 0 (never) or at least 120",
+                        self.reuse_after
+                    ),
+                ),
+            });
         }
         Ok(())
     }
@@ -547,6 +585,54 @@ fn key_lines(data: &[u8], base: u64) -> Vec<(u64, Result<String, String>)> {
     out
 }
 
+/// A line of an owners file: from second `since` on, column `col` belongs to `key`.
+fn parse_owner_line(line: &[u8]) -> Result<(u32, u64, String), String> {
+    let mut parts = line.splitn(3, |&b| b == b' ');
+    let mut number = |what: &str| -> Result<u64, String> {
+        let field = parts.next().unwrap_or_default();
+        if field.is_empty() || field.len() > 20 || !field.iter().all(u8::is_ascii_digit) {
+            return Err(format!("no {what}"));
+        }
+        std::str::from_utf8(field)
+            .ok()
+            .and_then(|f| f.parse().ok())
+            .ok_or_else(|| format!("a {what} out of range"))
+    };
+    let col = number("column")?;
+    let since = number("second")?;
+    let col = u32::try_from(col).map_err(|_| "a column out of range".to_string())?;
+    let key = unescape_key(parts.next().ok_or("no key")?)?;
+    Ok((col, since, key))
+}
+
+/// The complete lines of an owners file read from byte `base` on: (offset of the line, its
+/// length with the newline, the assignment or why it is not one).
+#[allow(clippy::type_complexity)]
+fn owner_lines(data: &[u8], base: u64) -> Vec<(u64, u64, Result<(u32, u64, String), String>)> {
+    let mut out = Vec::new();
+    let mut at = 0usize;
+    while let Some(len) = data[at..].iter().position(|&b| b == b'\n') {
+        out.push((
+            base + at as u64,
+            len as u64 + 1,
+            parse_owner_line(&data[at..at + len]),
+        ));
+        at += len + 1;
+    }
+    out
+}
+
+fn owners_damaged(family_dir: &Path, offset: u64, why: &str) -> StoreError {
+    StoreError::Foreign {
+        path: family_dir.to_path_buf(),
+        why: format!(
+            "its owners file is damaged at byte {offset} ({why}), so which series a reused \
+             column held cannot be trusted; moving the whole directory aside starts this family \
+             afresh"
+        ),
+    }
+}
+
 fn keys_damaged(family_dir: &Path, offset: u64, why: &str) -> StoreError {
     StoreError::Foreign {
         path: family_dir.to_path_buf(),
@@ -627,12 +713,12 @@ fn list_family_dir(dir: &Path) -> Result<FamilyListing, StoreError> {
             }
             continue;
         }
-        if name == KEYS_NAME {
+        if name == KEYS_NAME || name == OWNERS_NAME {
             continue;
         }
         match parse_ring_name(&name).filter(|&(_, b)| b <= max_block) {
             Some((res, block)) => out.rings.push((res, block, e.path())),
-            None => return Err(stray(e.path(), "keys and RES-NNNN.ring files")),
+            None => return Err(stray(e.path(), "keys, owners and RES-NNNN.ring files")),
         }
     }
     out.rings.sort_by_key(|r| (r.1, r.0));
@@ -1120,7 +1206,22 @@ impl Block {
 struct FamilyWriter {
     family: Family,
     dir: PathBuf,
-    columns: HashMap<String, u32>,
+    /// The column of each key that owns one now.
+    columns: HashMap<Arc<str>, u32>,
+    /// Per column: the key that owns it, and the second from which it does (0: since the
+    /// column was made).
+    owner: Vec<(Arc<str>, u64)>,
+    /// Per column: the last second it was set (or the writer opened).
+    last_set: Vec<u64>,
+    /// Columns idle for `reuse_after`, found once a minute, lowest last.
+    free: Vec<u32>,
+    owners_file: File,
+    owners_path: PathBuf,
+    owners_file_len: u64,
+    pending_owners: Vec<u8>,
+    owners_dirty: bool,
+    /// Columns given to another key so far.
+    reused: u64,
     key_file: File,
     key_path: PathBuf,
     key_file_len: u64,
@@ -1158,41 +1259,73 @@ impl FamilyWriter {
             .map_err(io_err(&key_path))?;
         let data = fs::read(&key_path).map_err(io_err(&key_path))?;
         let durable = checkpoint.map_or(0, |c| c.key_counts[family.index()]) as usize;
-        let mut columns = HashMap::new();
+        // Line i names the first owner of column i. A key may be listed twice: one whose
+        // column went to another key, and that came back when no column was free.
+        let mut owner: Vec<(Arc<str>, u64)> = Vec::new();
         let mut good_len = 0u64;
         for (offset, key) in key_lines(&data, 0) {
-            let key = key.and_then(|k| {
-                if columns.contains_key(&k) {
-                    Err(format!("{k:?} listed twice"))
-                } else {
-                    Ok(k)
-                }
-            });
             match key {
                 Ok(k) => {
                     good_len = offset + escaped_len(&data[offset as usize..]);
-                    let col = columns.len() as u32;
-                    columns.insert(k, col);
+                    owner.push((Arc::from(k), 0));
                 }
                 // Past the checkpointed keys a crash can leave a damaged tail: cut it below.
-                Err(_) if columns.len() >= durable => break,
+                Err(_) if owner.len() >= durable => break,
                 Err(why) => return Err(keys_damaged(&dir, offset, &why)),
             }
         }
         if (good_len as usize) < data.len() {
             key_file.set_len(good_len).map_err(io_err(&key_path))?;
         }
-        if columns.len() < durable {
+        if owner.len() < durable {
             return Err(keys_damaged(
                 &dir,
                 good_len,
                 &format!(
                     "it lists {} series, the last checkpoint recorded {durable}",
-                    columns.len()
+                    owner.len()
                 ),
             ));
         }
-        let keys = columns.len() as u32;
+        let keys = owner.len() as u32;
+        // Then the reassignments of reused columns, in the order they were made.
+        let owners_path = dir.join(OWNERS_NAME);
+        let owners_file = OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(true)
+            .truncate(false)
+            .open(&owners_path)
+            .map_err(io_err(&owners_path))?;
+        let data = fs::read(&owners_path).map_err(io_err(&owners_path))?;
+        let mut owners_len = 0u64;
+        for (offset, len, line) in owner_lines(&data, 0) {
+            match line {
+                Ok((col, since, key)) if col < keys => {
+                    owner[col as usize] = (Arc::from(key), since);
+                    owners_len = offset + len;
+                }
+                Ok((col, ..)) => {
+                    return Err(owners_damaged(
+                        &dir,
+                        offset,
+                        &format!("column {col}, and the keys file lists {keys}"),
+                    ))
+                }
+                Err(why) => return Err(owners_damaged(&dir, offset, &why)),
+            }
+        }
+        // What follows the last whole line is a write a crash cut.
+        if (owners_len as usize) < data.len() {
+            owners_file
+                .set_len(owners_len)
+                .map_err(io_err(&owners_path))?;
+        }
+        let mut columns = HashMap::with_capacity(owner.len());
+        for (col, (key, _)) in owner.iter().enumerate() {
+            // A key listed twice owns the later column (it got it after losing the first).
+            columns.insert(key.clone(), col as u32);
+        }
         // Every ring checked before anything is changed.
         let mut existing = HashMap::new();
         for (res, block, path) in &listing.rings {
@@ -1207,6 +1340,15 @@ impl FamilyWriter {
             family,
             dir,
             columns,
+            last_set: vec![0; owner.len()],
+            owner,
+            free: Vec::new(),
+            owners_file,
+            owners_path,
+            owners_file_len: owners_len,
+            pending_owners: Vec::new(),
+            owners_dirty: false,
+            reused: 0,
             key_file,
             key_path,
             key_file_len: good_len,
@@ -1246,22 +1388,76 @@ impl FamilyWriter {
         Ok(f)
     }
 
-    /// The column of a new key, or `None` when it is refused.
-    fn add_key(&mut self, key: &str, max_keys: u32) -> Option<u32> {
-        if key.is_empty() || key.len() > MAX_KEY_BYTES || self.columns.len() as u32 >= max_keys {
+    /// The column of a new key at second `second`, or `None` when it is refused: a free
+    /// column when `reuse` allows it and one is free, else a new one if there are fewer than
+    /// `config.max_keys`.
+    fn add_key(&mut self, key: &str, second: u64, reuse: bool, config: &Config) -> Option<u32> {
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
             return None;
         }
-        let col = self.columns.len() as u32;
+        if reuse {
+            while let Some(col) = self.free.pop() {
+                if self.last_set[col as usize].saturating_add(config.reuse_after) <= second {
+                    self.reuse_column(col, key, second);
+                    return Some(col);
+                }
+            }
+        }
+        let col = self.owner.len() as u32;
+        if col >= config.max_keys {
+            return None;
+        }
         escape_key(key, &mut self.pending_keys);
         self.pending_keys.push(b'\n');
         self.pending_count += 1;
-        self.columns.insert(key.to_string(), col);
+        let key: Arc<str> = Arc::from(key);
+        self.columns.insert(key.clone(), col);
+        self.owner.push((key, 0));
+        self.last_set.push(second);
         let b = (col / COLUMNS_PER_BLOCK) as usize;
         while self.blocks.len() <= b {
             self.blocks.push(Block::new());
         }
         self.blocks[b].add_columns(1);
         Some(col)
+    }
+
+    /// Gives idle column `col` to `key` from `second` on. The old key's data stays in the
+    /// rows before; its open minute is empty (it was idle), and its share of the open hour and
+    /// day, dropped here, is on disk in the minute and hour rows, where a reader finds it.
+    fn reuse_column(&mut self, col: u32, key: &str, second: u64) {
+        let (old, _) = &self.owner[col as usize];
+        if self.columns.get(old) == Some(&col) {
+            self.columns.remove(old);
+        }
+        let line = format!("{col} {second} ");
+        self.pending_owners.extend_from_slice(line.as_bytes());
+        escape_key(key, &mut self.pending_owners);
+        self.pending_owners.push(b'\n');
+        let key: Arc<str> = Arc::from(key);
+        self.columns.insert(key.clone(), col);
+        self.owner[col as usize] = (key, second);
+        self.last_set[col as usize] = second;
+        let block = &mut self.blocks[(col / COLUMNS_PER_BLOCK) as usize];
+        let i = (col % COLUMNS_PER_BLOCK) as usize;
+        for acc in &mut block.rollups {
+            rollup_gap(&mut acc[i * ROLLUP_VALUES..(i + 1) * ROLLUP_VALUES]);
+        }
+        self.reused += 1;
+    }
+
+    /// Finds the columns idle for `reuse_after` at `second`.
+    fn find_free(&mut self, second: u64, reuse_after: u64) {
+        self.free.clear();
+        if reuse_after == 0 {
+            return;
+        }
+        // Highest first, so the lowest are reused first and the blocks stay full.
+        for col in (0..self.last_set.len()).rev() {
+            if self.last_set[col].saturating_add(reuse_after) <= second {
+                self.free.push(col as u32);
+            }
+        }
     }
 
     fn flush_keys(&mut self) -> Result<(), StoreError> {
@@ -1277,6 +1473,20 @@ impl FamilyWriter {
         self.pending_keys.clear();
         self.pending_count = 0;
         self.keys_dirty = true;
+        Ok(())
+    }
+
+    /// Writes the reassignments made since the last time, after the keys they refer to.
+    fn flush_owners(&mut self) -> Result<(), StoreError> {
+        if self.pending_owners.is_empty() {
+            return Ok(());
+        }
+        self.owners_file
+            .write_all_at(&self.pending_owners, self.owners_file_len)
+            .map_err(io_err(&self.owners_path))?;
+        self.owners_file_len += self.pending_owners.len() as u64;
+        self.pending_owners.clear();
+        self.owners_dirty = true;
         Ok(())
     }
 
@@ -1299,6 +1509,12 @@ impl FamilyWriter {
         if self.keys_dirty {
             self.key_file.sync_data().map_err(io_err(&self.key_path))?;
             self.keys_dirty = false;
+        }
+        if self.owners_dirty {
+            self.owners_file
+                .sync_data()
+                .map_err(io_err(&self.owners_path))?;
+            self.owners_dirty = false;
         }
         for ring in self.blocks.iter_mut().flat_map(|b| b.rings.iter_mut()) {
             if ring.dirty {
@@ -1436,6 +1652,11 @@ impl SeriesWriter {
             }
         }
         w.rebuild_open_intervals()?;
+        // Idle time counts from now for the series found on disk.
+        let now = w.last_committed.unwrap_or(0);
+        for f in &mut w.families {
+            f.last_set.fill(now);
+        }
         Ok(w)
     }
 
@@ -1444,9 +1665,19 @@ impl SeriesWriter {
         self.last_committed
     }
 
-    /// Series of a family.
+    /// Series of a family that own a column now.
     pub fn series(&self, family: Family) -> usize {
         self.families[family.index()].columns.len()
+    }
+
+    /// Columns of a family (at most [`Config::max_keys`]).
+    pub fn columns(&self, family: Family) -> usize {
+        self.families[family.index()].owner.len()
+    }
+
+    /// Columns given to a new key after their series went idle (see [`Config::reuse_after`]).
+    pub fn reused_columns(&self) -> u64 {
+        self.families.iter().map(|f| f.reused).sum()
     }
 
     /// Starts the step of `second`. Returns false (and the step's `set`s are ignored) when
@@ -1474,17 +1705,30 @@ impl SeriesWriter {
             self.ignored_sets += 1;
             return;
         }
+        let Some(second) = self.step else {
+            return;
+        };
         let f = &mut self.families[family.index()];
         let col = match f.columns.get(key) {
             Some(&col) => col,
-            None => match f.add_key(key, self.config.max_keys) {
-                Some(col) => col,
-                None => {
-                    self.refused_keys += 1;
-                    return;
+            None => {
+                // A column is reused only while the open minute, hour and day are those of
+                // this second: the old key's last closed intervals must be written first.
+                let reuse = self.config.reuse_after != 0
+                    && (0..3).all(|level| {
+                        self.open_start[level]
+                            .is_none_or(|t| t == Resolution::ALL[level + 1].start_of(second))
+                    });
+                match f.add_key(key, second, reuse, &self.config) {
+                    Some(col) => col,
+                    None => {
+                        self.refused_keys += 1;
+                        return;
+                    }
                 }
-            },
+            }
         };
+        f.last_set[col as usize] = second;
         let block = &mut f.blocks[(col / COLUMNS_PER_BLOCK) as usize];
         let at = (col % COLUMNS_PER_BLOCK) as usize * METRICS;
         // u64::MAX in bytes_in would read as a gap.
@@ -1500,6 +1744,7 @@ impl SeriesWriter {
         };
         for f in &mut self.families {
             f.flush_keys()?;
+            f.flush_owners()?;
             f.create_rings(&self.config)?;
         }
         if self.horizon.is_none_or(|h| s > h) {
@@ -1537,6 +1782,11 @@ impl SeriesWriter {
             let secs = Resolution::ALL[level + 1].seconds();
             if s % secs == secs - 1 {
                 self.close_interval(level)?;
+            }
+        }
+        if s % 60 == 59 {
+            for f in &mut self.families {
+                f.find_free(s + 1, self.config.reuse_after);
             }
         }
         Ok(())
@@ -1591,6 +1841,7 @@ impl SeriesWriter {
         let mut key_counts = [0u32; 5];
         for f in &mut self.families {
             f.flush_keys()?;
+            f.flush_owners()?;
             f.sync()?;
             key_counts[f.family.index()] = f.keys_on_disk;
         }
@@ -1631,45 +1882,71 @@ impl SeriesWriter {
             (2, Resolution::Hour, starts[2], starts[1]),
         ];
         let mut values = Vec::new();
-        for block in self.families.iter_mut().flat_map(|f| f.blocks.iter_mut()) {
-            if block.rings.is_empty() {
-                continue;
-            }
-            for &(level, res, from, to) in &plan {
-                let ring = &block.rings[res.index()];
-                let mut t = from;
-                while t < to {
-                    match ring.probe(t)? {
-                        Row::Absent => {}
-                        Row::Torn => {
-                            return Err(ring.corrupt_row(
-                                ring.slot_offset(ring.slot_of(t)),
-                                format!("the row of {t}, before the last checkpoint, is not whole"),
-                            ))
-                        }
-                        Row::Present { columns } => {
-                            let columns = columns.min(block.columns);
-                            ring.read_columns(t, columns, &mut values)?;
-                            let accs = block.rollups[level].chunks_exact_mut(ROLLUP_VALUES);
-                            if res == Resolution::Second {
-                                for (acc, v) in accs.zip(values.chunks_exact(METRICS)) {
-                                    rollup_add_second(acc, v);
-                                }
-                            } else {
-                                for (acc, v) in accs.zip(values.chunks_exact(ROLLUP_VALUES)) {
-                                    rollup_merge(acc, v);
-                                }
-                            }
-                            block.rollup_set[level] = true;
-                        }
-                    }
-                    t += res.seconds();
-                }
+        for f in &mut self.families {
+            for (b, block) in f.blocks.iter_mut().enumerate() {
+                let owners = &f.owner[(b * C).min(f.owner.len())..];
+                rebuild_block(block, owners, &plan, &mut values)?;
             }
         }
         self.open_start = [Some(starts[0]), Some(starts[1]), Some(starts[2])];
         Ok(())
     }
+}
+
+/// Rebuilds the open minute, hour and day of one block (see
+/// [`SeriesWriter::rebuild_open_intervals`]). `owners` are the owners of its columns: a row
+/// before a column's owner took it is not added to that column.
+fn rebuild_block(
+    block: &mut Block,
+    owners: &[(Arc<str>, u64)],
+    plan: &[(usize, Resolution, u64, u64)],
+    values: &mut Vec<u64>,
+) -> Result<(), StoreError> {
+    if block.rings.is_empty() {
+        return Ok(());
+    }
+    for &(level, res, from, to) in plan {
+        let ring = &block.rings[res.index()];
+        let mut t = from;
+        while t < to {
+            match ring.probe(t)? {
+                Row::Absent => {}
+                Row::Torn => {
+                    return Err(ring.corrupt_row(
+                        ring.slot_offset(ring.slot_of(t)),
+                        format!("the row of {t}, before the last checkpoint, is not whole"),
+                    ))
+                }
+                Row::Present { columns } => {
+                    let columns = columns.min(block.columns);
+                    ring.read_columns(t, columns, values)?;
+                    let accs = block.rollups[level].chunks_exact_mut(ROLLUP_VALUES);
+                    // The row of the interval in which a column changed owner holds only the
+                    // new owner's data (its accumulators were emptied then); earlier rows are
+                    // the old owner's.
+                    let mine = |i: usize| owners.get(i).is_none_or(|o| t + res.seconds() > o.1);
+                    if res == Resolution::Second {
+                        for (i, (acc, v)) in accs.zip(values.chunks_exact(METRICS)).enumerate() {
+                            if mine(i) {
+                                rollup_add_second(acc, v);
+                            }
+                        }
+                    } else {
+                        for (i, (acc, v)) in
+                            accs.zip(values.chunks_exact(ROLLUP_VALUES)).enumerate()
+                        {
+                            if mine(i) {
+                                rollup_merge(acc, v);
+                            }
+                        }
+                    }
+                    block.rollup_set[level] = true;
+                }
+            }
+            t += res.seconds();
+        }
+    }
+    Ok(())
 }
 
 impl Drop for SeriesWriter {
@@ -1683,12 +1960,62 @@ impl Drop for SeriesWriter {
 // ---------------------------------------------------------------------------------------------
 // The reader.
 
-/// A family's keys as read so far from its keys file.
+/// Where a series was: column `col` from second `from` until second `until` (`u64::MAX` while
+/// it still owns the column).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+struct Segment {
+    col: u32,
+    from: u64,
+    until: u64,
+}
+
+/// A family's keys as read so far from its keys and owners files.
 #[derive(Default)]
 struct KeyIndex {
+    /// Every key, once, in the order first seen.
     keys: Vec<String>,
-    columns: HashMap<String, u32>,
+    segments: HashMap<String, Vec<Segment>>,
+    /// The owner of each column now.
+    owner: Vec<String>,
     parsed: u64,
+    owners_parsed: u64,
+}
+
+impl KeyIndex {
+    fn add_segment(&mut self, key: String, seg: Segment) {
+        match self.segments.get_mut(&key) {
+            Some(v) => v.push(seg),
+            None => {
+                self.keys.push(key.clone());
+                self.segments.insert(key.clone(), vec![seg]);
+            }
+        }
+        if seg.col as usize == self.owner.len() {
+            self.owner.push(key);
+        } else {
+            self.owner[seg.col as usize] = key;
+        }
+    }
+
+    /// Column `col` goes to `key` at second `since`.
+    fn reassign(&mut self, col: u32, since: u64, key: String) {
+        let old = &self.owner[col as usize];
+        if let Some(seg) = self.segments.get_mut(old).and_then(|v| {
+            v.iter_mut()
+                .rev()
+                .find(|s| s.col == col && s.until == u64::MAX)
+        }) {
+            seg.until = since.max(seg.from);
+        }
+        self.add_segment(
+            key,
+            Segment {
+                col,
+                from: since,
+                until: u64::MAX,
+            },
+        );
+    }
 }
 
 /// Reads the time series of a data directory, of a running or a stopped writer.
@@ -1772,7 +2099,7 @@ impl SeriesReader {
             *index = KeyIndex::default();
         }
         if len == index.parsed {
-            return Ok(());
+            return self.refresh_owners(family);
         }
         let mut data = vec![0u8; (len - index.parsed) as usize];
         let got = file
@@ -1783,43 +2110,84 @@ impl SeriesReader {
             .map_or(0, |c| c.key_counts[family.index()]) as usize;
         let base = index.parsed;
         for (offset, key) in key_lines(&data, base) {
-            let key = key.and_then(|k| {
-                if index.columns.contains_key(&k) {
-                    Err(format!("{k:?} listed twice"))
-                } else {
-                    Ok(k)
-                }
-            });
             match key {
                 Ok(k) => {
                     index.parsed = offset + escaped_len(&data[(offset - base) as usize..]);
-                    index.columns.insert(k.clone(), index.keys.len() as u32);
-                    index.keys.push(k);
+                    let col = index.owner.len() as u32;
+                    index.add_segment(
+                        k,
+                        Segment {
+                            col,
+                            from: 0,
+                            until: u64::MAX,
+                        },
+                    );
                 }
                 // After the checkpointed keys: what a crash left, which the writer will cut.
-                Err(_) if index.keys.len() >= durable => break,
+                Err(_) if index.owner.len() >= durable => break,
                 Err(why) => return Err(keys_damaged(&dir, offset, &why)),
             }
         }
-        if index.keys.len() < durable && index.parsed == len {
+        if index.owner.len() < durable && index.parsed == len {
             return Err(keys_damaged(
                 &dir,
                 len,
                 &format!(
                     "it lists {} series, the last checkpoint recorded {durable}",
-                    index.keys.len()
+                    index.owner.len()
                 ),
             ));
+        }
+        self.refresh_owners(family)
+    }
+
+    /// Reads the reassignments of reused columns the writer appended since the last look.
+    fn refresh_owners(&mut self, family: Family) -> Result<(), StoreError> {
+        let dir = self.series_dir.join(family.name());
+        let path = dir.join(OWNERS_NAME);
+        let file = match File::open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(io_err(&path)(e)),
+        };
+        let len = file.metadata().map_err(io_err(&path))?.len();
+        let index = &mut self.indexes[family.index()];
+        if len < index.owners_parsed {
+            // Cut by a writer after a crash: read both files again.
+            *index = KeyIndex::default();
+            return self.refresh_keys(family);
+        }
+        if len == index.owners_parsed {
+            return Ok(());
+        }
+        let mut data = vec![0u8; (len - index.owners_parsed) as usize];
+        let got = file
+            .read_at(&mut data, index.owners_parsed)
+            .map_err(io_err(&path))?;
+        data.truncate(got);
+        for (offset, line_len, line) in owner_lines(&data, index.owners_parsed) {
+            match line {
+                Ok((col, since, key)) if (col as usize) < index.owner.len() => {
+                    index.reassign(col, since, key);
+                    index.owners_parsed = offset + line_len;
+                }
+                // A column this reader has not read the key of yet: the next look.
+                Ok(_) => break,
+                Err(why) => return Err(owners_damaged(&dir, offset, &why)),
+            }
         }
         Ok(())
     }
 
-    fn column(&mut self, family: Family, key: &str) -> Result<Option<u32>, StoreError> {
-        if let Some(&c) = self.indexes[family.index()].columns.get(key) {
-            return Ok(Some(c));
-        }
+    /// Where series `key` was: one segment per column it owned.
+    fn segments(&mut self, family: Family, key: &str) -> Result<Vec<Segment>, StoreError> {
+        // Also for a known key: it may have lost its column since.
         self.refresh_keys(family)?;
-        Ok(self.indexes[family.index()].columns.get(key).copied())
+        Ok(self.indexes[family.index()]
+            .segments
+            .get(key)
+            .cloned()
+            .unwrap_or_default())
     }
 
     fn ring_set(&self, family: Family, block: u32) -> Result<RingSet, StoreError> {
@@ -1863,27 +2231,42 @@ impl SeriesReader {
                 .max(first.saturating_add(secs)),
             None => end_all,
         };
-        let column = self.column(family, key)?;
-        let rings = match column {
-            Some(c) => Some(self.ring_set(family, c / COLUMNS_PER_BLOCK)?),
-            None => None,
-        };
+        let segments = self.segments(family, key)?;
+        let mut rings = HashMap::new();
+        for seg in &segments {
+            let block = seg.col / COLUMNS_PER_BLOCK;
+            if let std::collections::hash_map::Entry::Vacant(e) = rings.entry(block) {
+                e.insert(self.ring_set(family, block)?);
+            }
+        }
         let slots = rings
-            .as_ref()
+            .values()
+            .next()
             .and_then(|r| r.rings[res.index()].as_ref())
             .map_or(res.default_slots(), |r| r.slots) as u64;
         let start = first + ((data_end - first) / secs).saturating_sub(slots) * secs;
         let count = ((end_all - start) / secs).min(slots);
         let view = self.view()?;
         let mut points = Vec::with_capacity(count as usize);
+        let mut acc = [0u64; ROLLUP_VALUES];
+        let mut part = [0u64; ROLLUP_VALUES];
         for k in 0..count {
             let t = start + k * secs;
-            let sample = match (&rings, column) {
-                (Some(rings), Some(col)) => {
-                    rings.sample_at(col % COLUMNS_PER_BLOCK, res, t, view)?
+            // Nearly always one segment; an interval in which the series changed columns
+            // adds up its share of each.
+            let mut sample = None;
+            rollup_gap(&mut acc);
+            for seg in &segments {
+                let ring_set = &rings[&(seg.col / COLUMNS_PER_BLOCK)];
+                if let Some(s) = ring_set.sample_in(seg, res, t, view)? {
+                    rollup_of_sample(&s, &mut part);
+                    rollup_merge(&mut acc, &part);
+                    sample = match sample {
+                        None => Some(s),
+                        Some(_) => sample_of_rollup(&acc),
+                    };
                 }
-                _ => None,
-            };
+            }
             points.push(Point { t, sample });
         }
         Ok(points)
@@ -1921,13 +2304,64 @@ impl SeriesReader {
 }
 
 impl RingSet {
-    /// Column `col`'s sample for the interval of `res` at `t`.
+    /// The sample of segment `seg` for the interval of `res` at `t`: the column's own row, or
+    /// for the interval in which the segment ends (its row holds the next owner's data), the
+    /// finer rows up to its end, while they are kept (a gap after that).
+    fn sample_in(
+        &self,
+        seg: &Segment,
+        res: Resolution,
+        t: u64,
+        view: View,
+    ) -> Result<Option<Sample>, StoreError> {
+        let end = t.saturating_add(res.seconds());
+        if end <= seg.from || t >= seg.until {
+            return Ok(None);
+        }
+        let col = seg.col % COLUMNS_PER_BLOCK;
+        if seg.until >= end {
+            return self.sample_at(col, res, t, view, seg.from);
+        }
+        let Some(finer) = res.finer() else {
+            return Ok(None);
+        };
+        if t < self.oldest_kept(finer, view) {
+            return Ok(None);
+        }
+        let mut acc = [0u64; ROLLUP_VALUES];
+        rollup_gap(&mut acc);
+        let mut part = [0u64; ROLLUP_VALUES];
+        let mut u = t;
+        while u < seg.until {
+            if let Some(s) = self.sample_in(seg, finer, u, view)? {
+                rollup_of_sample(&s, &mut part);
+                rollup_merge(&mut acc, &part);
+            }
+            u += finer.seconds();
+        }
+        Ok(sample_of_rollup(&acc))
+    }
+
+    /// The start of the oldest interval of `res` still kept.
+    fn oldest_kept(&self, res: Resolution, view: View) -> u64 {
+        let slots = self.rings[res.index()]
+            .as_ref()
+            .map_or(res.default_slots(), |r| r.slots) as u64;
+        view.committed.map_or(0, |c| {
+            res.start_of(c)
+                .saturating_sub((slots - 1).saturating_mul(res.seconds()))
+        })
+    }
+
+    /// Column `col`'s sample for the interval of `res` at `t`. An open interval is made from
+    /// the finer rows, of `from` on (when the column's owner took it).
     fn sample_at(
         &self,
         col: u32,
         res: Resolution,
         t: u64,
         view: View,
+        from: u64,
     ) -> Result<Option<Sample>, StoreError> {
         let committed = view.committed;
         let Some(ring) = &self.rings[res.index()] else {
@@ -1970,7 +2404,10 @@ impl RingSet {
                             let Some(u) = t.checked_add(k * finer.seconds()) else {
                                 break;
                             };
-                            if let Some(s) = self.sample_at(col, finer, u, view)? {
+                            if u.saturating_add(finer.seconds()) <= from {
+                                continue;
+                            }
+                            if let Some(s) = self.sample_at(col, finer, u, view, from)? {
                                 rollup_of_sample(&s, &mut part);
                                 rollup_merge(&mut acc, &part);
                             }

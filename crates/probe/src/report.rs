@@ -184,6 +184,8 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "seconds": r.seconds,
             "refused_seconds": r.refused_seconds,
             "refused_keys": r.refused_keys,
+            "reused_columns": r.reused_columns,
+            "host_columns": r.host_columns,
         })),
         "host_cache": s.host_cache.as_ref().map(|r| serde_json::json!({
             "stored": r.stored,

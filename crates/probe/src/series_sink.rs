@@ -42,6 +42,10 @@ pub struct SeriesReport {
     pub refused_seconds: u64,
     /// Series keys refused (too long, or over the per-family cap).
     pub refused_keys: u64,
+    /// Columns given to a new key after their series went idle.
+    pub reused_columns: u64,
+    /// Columns of the hosts family at the end (each key active lately has one).
+    pub host_columns: u64,
 }
 
 #[derive(Default)]
@@ -232,6 +236,8 @@ fn run(
         }
     }
     report.refused_keys = w.refused_keys;
+    report.reused_columns = w.reused_columns();
+    report.host_columns = w.columns(Family::Hosts) as u64;
     w.close().map_err(err)?;
     Ok(report)
 }

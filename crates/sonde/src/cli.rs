@@ -109,6 +109,11 @@ pub struct Cli {
     /// 3600,10080,8760,1826: an hour, a week, a year, five years).
     #[arg(long, value_name = "S,M,H,D")]
     pub series_retention: Option<String>,
+    /// Seconds a time series (a host, an application, an exporter) may go without traffic
+    /// before its column in DATA_DIR/series is given to a new one (its history stays
+    /// readable); 0 keeps a column per key for ever, up to 262,144 per kind. At least 120.
+    #[arg(long, default_value_t = 600, value_name = "SECS")]
+    pub series_reuse_after: u64,
     /// Flow history retention: delete flows older than this many days (0: no age limit).
     #[arg(long, default_value_t = 30.0, value_name = "DAYS")]
     pub history_max_age: f64,

@@ -167,6 +167,7 @@ pub struct HistorySection {
     pub max_size_gib: Option<f64>,
     #[serde(default, deserialize_with = "series_retention")]
     pub series_retention: Option<String>,
+    pub series_reuse_after: Option<u64>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -537,6 +538,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(history_max_age, h.max_age_days);
     set!(history_max_size, h.max_size_gib);
     set_opt!(series_retention, h.series_retention);
+    set!(series_reuse_after, h.series_reuse_after);
 
     let a = file.analytics;
     set!(

@@ -381,6 +381,14 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
                 })?;
             series.slots = [rows[0], rows[1], rows[2], rows[3]];
         }
+        if cli.series_reuse_after != 0 && cli.series_reuse_after < 120 {
+            bail!(
+                "--series-reuse-after {}: give 0 (never reuse a series column) or at least 120 \
+                 seconds",
+                cli.series_reuse_after
+            );
+        }
+        series.reuse_after = cli.series_reuse_after;
         cfg.series = Some((dir.clone(), series));
         cfg.extra_sinks.push(SinkPlan {
             kind: "history",

@@ -760,3 +760,166 @@ fn garbage_never_panics() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Churning keys: each key has data for 90 s, ten keys at a time, then is idle, and some come
+/// back much later. Returns the keys written.
+fn write_churn(w: &mut SeriesWriter, written: &mut Written, from: u64, to: u64) -> Vec<String> {
+    let mut keys = std::collections::BTreeSet::new();
+    for s in from..to {
+        assert!(w.begin(s));
+        let wave = (s - T0) / 90;
+        for i in 0..10u64 {
+            // Every 7th wave brings back the keys of 30 waves before.
+            let id = if wave % 7 == 3 && wave >= 30 {
+                (wave - 30) * 10 + i
+            } else {
+                wave * 10 + i
+            };
+            if (s + i) % 3 == 0 {
+                continue; // some seconds without data, so gaps are checked too
+            }
+            let key = format!("h{id}");
+            written.set(w, Family::Hosts, &key, value(id as usize, s));
+            keys.insert(key);
+        }
+        w.commit().unwrap();
+    }
+    keys.into_iter().collect()
+}
+
+/// Idle columns go to new keys, so the columns follow the keys active lately; every key, old
+/// or new, reads back exactly at every resolution, across a restart and in a live reader.
+#[test]
+fn idle_columns_are_reused_and_every_series_reads_back() {
+    let dir = tmp("reuse");
+    let config = Config {
+        reuse_after: 120,
+        ..Config::default()
+    };
+    let mut written = Written::default();
+    let mut w = SeriesWriter::open(&dir, config).unwrap();
+    let mut keys = write_churn(&mut w, &mut written, T0, T0 + 5000);
+    w.close().unwrap();
+    // A restart in the middle of an hour, then on; a reader opened before the second half.
+    let mut live = SeriesReader::open(&dir).unwrap();
+    let _ = live.keys(Family::Hosts).unwrap();
+    let mut w = SeriesWriter::open(&dir, config).unwrap();
+    keys.extend(write_churn(
+        &mut w,
+        &mut written,
+        T0 + 5000,
+        T0 + 3 * 3600 + 1234,
+    ));
+    keys.sort();
+    keys.dedup();
+    let columns = w.columns(Family::Hosts);
+    let reused = w.reused_columns();
+    w.close().unwrap();
+    // Ten keys at a time for 90 s, idle 120 s before reuse, a column found once a minute:
+    // about 50 columns at most, against 1200 keys.
+    assert!(keys.len() > 1000, "{}", keys.len());
+    assert!(columns <= 60, "{columns} columns for {} keys", keys.len());
+    // Each key got a column once, and the returning ones again: all but the first few went
+    // to reused columns (the counter is this writer's, after the restart).
+    let owners = fs::read_to_string(dir.join("series/hosts/owners")).unwrap();
+    assert!(owners.lines().count() >= keys.len() - columns);
+    assert!(reused > 0 && reused as usize <= owners.lines().count());
+
+    let end = T0 + 3 * 3600 + 1234;
+    for r in [&mut live, &mut SeriesReader::open(&dir).unwrap()] {
+        let mut listed = r.keys(Family::Hosts).unwrap();
+        listed.sort();
+        assert_eq!(listed, keys);
+        for key in &keys {
+            check_rollups(r, &written, key, Resolution::Minute, T0, end - end % 60);
+            check_rollups(r, &written, key, Resolution::Hour, T0, end - end % 3600);
+            let day = r
+                .read(Family::Hosts, key, Resolution::Day, T0, T0 + 1)
+                .unwrap();
+            assert_eq!(day[0].sample, written.expect(key, T0, 86_400), "{key} day");
+            assert_eq!(day[0].sample.map(|s| s.sum), Some(written.total(key)));
+        }
+        // The last hour of seconds, for the keys active then.
+        for key in keys.iter().rev().take(40) {
+            let points = r
+                .read(Family::Hosts, key, Resolution::Second, end - 3000, end)
+                .unwrap();
+            for p in &points {
+                assert_eq!(
+                    p.sample.map(|s| s.sum),
+                    written.0[key].get(&p.t).copied(),
+                    "{key} at {}",
+                    p.t
+                );
+            }
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// With reuse off, every key keeps a column of its own.
+#[test]
+fn reuse_off_keeps_a_column_per_key() {
+    let dir = tmp("noreuse");
+    let config = Config {
+        reuse_after: 0,
+        ..Config::default()
+    };
+    let mut written = Written::default();
+    let mut w = SeriesWriter::open(&dir, config).unwrap();
+    let keys = write_churn(&mut w, &mut written, T0, T0 + 1800);
+    assert_eq!(w.columns(Family::Hosts), keys.len());
+    assert_eq!(w.reused_columns(), 0);
+    w.close().unwrap();
+    assert!(SeriesWriter::open(
+        &dir,
+        Config {
+            reuse_after: 30,
+            ..Config::default()
+        }
+    )
+    .is_err_and(|e| e.to_string().contains("at least 120")));
+    let _ = fs::remove_dir_all(&dir);
+}
+
+/// A torn last line of the owners file is what a crash cut: dropped. A bad line before the end
+/// is damage: an error that names the file, for the writer and the reader.
+#[test]
+fn damaged_owners_file_is_an_error_torn_tail_is_cut() {
+    let dir = tmp("owners");
+    let config = Config {
+        reuse_after: 120,
+        ..Config::default()
+    };
+    let mut written = Written::default();
+    let mut w = SeriesWriter::open(&dir, config).unwrap();
+    write_churn(&mut w, &mut written, T0, T0 + 1200);
+    w.close().unwrap();
+    let path = dir.join("series/hosts/owners");
+    let good = fs::read(&path).unwrap();
+    assert!(!good.is_empty());
+
+    let mut torn = good.clone();
+    torn.extend_from_slice(b"12 17000");
+    fs::write(&path, &torn).unwrap();
+    SeriesReader::open(&dir).unwrap();
+    drop(SeriesWriter::open(&dir, config).unwrap());
+    assert_eq!(fs::read(&path).unwrap(), good);
+
+    for bad in [&b"x 1 k\n"[..], b"3 1\n", b"999999 1 k\n", b"1 2 bad\\q\n"] {
+        let mut damaged = bad.to_vec();
+        damaged.extend_from_slice(&good);
+        fs::write(&path, &damaged).unwrap();
+        let Err(err) = SeriesWriter::open(&dir, config) else {
+            panic!("{bad:?}: no error");
+        };
+        assert!(err.to_string().contains("owners file"), "{err}");
+        if bad != b"999999 1 k\n" {
+            let Err(err) = SeriesReader::open(&dir).and_then(|mut r| r.keys(Family::Hosts)) else {
+                panic!("{bad:?}: no error from the reader");
+            };
+            assert!(err.to_string().contains("owners file"), "{err}");
+        }
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
