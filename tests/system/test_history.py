@@ -307,6 +307,26 @@ def test_host_cache_gives_returning_hosts_their_counters(sonde, corpus, workdir,
     assert c2["restored"] >= len(one) and c2["cached"] == len(one)
 
 
+def test_host_cache_is_bounded_by_host_cache_max(sonde, workdir):
+    """A flood of random sources fills the host cache at the end of the run; --host-cache-max
+    keeps it to that many hosts, the rest counted as evicted, and a reopen with a lower
+    capacity evicts down to it."""
+    data = workdir / "data"
+    counts = []
+    for cap in ("2k", "500"):
+        stats = workdir / f"stats-{cap}.json"
+        p = sonde("--synthetic", "hosts=20k,size=64,packets=100k,random-src", "--data-dir", data,
+                  "--host-cache-max", cap, "--stats-json", stats, "-q")
+        assert p.returncode == 0, p.stderr
+        counts.append(json.loads(stats.read_text())["host_cache"])
+    first, second = counts
+    assert first["stored"] > 10_000 and 1875 <= first["cached"] <= 2000
+    assert first["evicted"] == first["stored"] - first["cached"]
+    assert second["cached"] <= 500 and second["evicted"] >= first["cached"] - 500
+    p = sonde("--synthetic", "hosts=10", "--data-dir", data, "--host-cache-max", "2000M")
+    assert p.returncode != 0 and "--host-cache-max" in p.stderr
+
+
 def test_rest_api_serves_the_flow_history(sonde_bin, sonde, corpus, workdir):
     """/api/v1/history/*: a first run stores its flows; a second sonde serving the same data
     directory answers with the flows of --flows-out (paged, filtered) and the same top lists."""

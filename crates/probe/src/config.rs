@@ -159,6 +159,9 @@ pub struct ProbeConfig {
     pub extra_sinks: Vec<SinkPlan>,
     /// Time series of the interface, applications and hosts, written to this data directory.
     pub series: Option<(PathBuf, sonde_history::series::Config)>,
+    /// The most hosts the host cache of that data directory keeps; beyond that, those seen
+    /// longest ago are evicted (`--host-cache-max`).
+    pub host_cache_max: usize,
     /// At the end of the input, keep the flows and hosts in memory (readers can still look at
     /// them, e.g. through the REST API) until the stop flag is set or `duration` is over.
     pub linger: bool,
@@ -202,6 +205,7 @@ impl ProbeConfig {
             dpi: Some(DpiConfig::default()),
             extra_sinks: Vec::new(),
             series: None,
+            host_cache_max: sonde_history::hostcache::DEFAULT_MAX_ENTRIES,
             linger: false,
             analytics: None,
             alerts: None,

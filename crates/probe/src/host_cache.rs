@@ -36,6 +36,8 @@ pub struct HostCacheReport {
     pub restored: u64,
     /// Hosts in the cache at the end.
     pub cached: u64,
+    /// Hosts dropped from the cache, seen longest ago, to keep it within its capacity.
+    pub evicted: u64,
 }
 
 pub(crate) fn cached(h: &Host) -> CachedHost {
@@ -73,12 +75,15 @@ pub(crate) fn restore(h: &mut Host, c: &CachedHost) {
 
 type CacheThread = JoinHandle<Result<HostCacheReport, String>>;
 
-/// Opens the cache of `dir` and starts its thread; `replies[i]` answers shard i.
+/// Opens the cache of `dir`, holding at most `max_entries` hosts, and starts its thread;
+/// `replies[i]` answers shard i.
 pub(crate) fn start(
     dir: &Path,
+    max_entries: usize,
     replies: Vec<Sender<CacheReply>>,
 ) -> Result<(Sender<CacheMsg>, CacheThread), String> {
-    let cache = HostCache::open(dir).map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
+    let cache = HostCache::open_with_capacity(dir, max_entries)
+        .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
     let (tx, rx) = crossbeam_channel::bounded::<CacheMsg>(1024);
     let h = std::thread::Builder::new()
         .name("host-cache".into())
@@ -138,5 +143,6 @@ fn run(
         stored: cache.stored,
         restored: cache.restored,
         cached: cache.len() as u64,
+        evicted: cache.evicted,
     })
 }

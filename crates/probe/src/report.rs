@@ -191,6 +191,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "stored": r.stored,
             "restored": r.restored,
             "cached": r.cached,
+            "evicted": r.evicted,
         })),
         "filter_sets": s.filter_sets.as_ref().map(|(sets, counts)| filter_sets_json(sets, counts)),
         "analytics": s.analytics.as_ref().map(|a| serde_json::json!({

@@ -734,7 +734,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 .map(|_| crossbeam_channel::unbounded::<crate::host_cache::CacheReply>())
                 .unzip();
             cache_replies = rxs;
-            Some(crate::host_cache::start(dir, txs).map_err(ProbeError::Config)?)
+            Some(
+                crate::host_cache::start(dir, cfg.host_cache_max, txs)
+                    .map_err(ProbeError::Config)?,
+            )
         }
         None => None,
     };

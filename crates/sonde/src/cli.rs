@@ -120,6 +120,10 @@ pub struct Cli {
     /// Flow history retention: keep at most this many GiB (0: no size limit).
     #[arg(long, default_value_t = 10.0, value_name = "GIB")]
     pub history_max_size: f64,
+    /// Host cache capacity (the counters of hosts that left memory, in --data-dir); beyond it
+    /// the hosts seen longest ago are evicted. Accepts k/M suffixes; at most 1073741824.
+    #[arg(long, default_value = "1M", value_parser = parse_count, value_name = "N")]
+    pub host_cache_max: usize,
     /// Write the final summary as JSON to FILE ('-' for standard output).
     #[arg(long, value_name = "FILE")]
     pub stats_json: Option<PathBuf>,

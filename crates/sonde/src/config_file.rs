@@ -168,6 +168,8 @@ pub struct HistorySection {
     #[serde(default, deserialize_with = "series_retention")]
     pub series_retention: Option<String>,
     pub series_reuse_after: Option<u64>,
+    #[serde(default, deserialize_with = "count")]
+    pub host_cache_max: Option<usize>,
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -539,6 +541,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(history_max_size, h.max_size_gib);
     set_opt!(series_retention, h.series_retention);
     set!(series_reuse_after, h.series_reuse_after);
+    set!(host_cache_max, h.host_cache_max);
 
     let a = file.analytics;
     set!(
@@ -637,5 +640,7 @@ mod tests {
         let f = parse("[flows]\nmax_flows = 500000\nmax_hosts = \"2k\"\n").unwrap();
         assert_eq!(f.flows.max_flows, Some(500_000));
         assert_eq!(f.flows.max_hosts, Some(2_000));
+        let f = parse("[history]\nhost_cache_max = \"500k\"\n").unwrap();
+        assert_eq!(f.history.host_cache_max, Some(500_000));
     }
 }

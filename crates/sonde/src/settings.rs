@@ -390,6 +390,14 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         }
         series.reuse_after = cli.series_reuse_after;
         cfg.series = Some((dir.clone(), series));
+        if cli.host_cache_max > sonde_history::hostcache::MAX_ENTRIES_LIMIT {
+            bail!(
+                "--host-cache-max {}: at most {}",
+                cli.host_cache_max,
+                sonde_history::hostcache::MAX_ENTRIES_LIMIT
+            );
+        }
+        cfg.host_cache_max = cli.host_cache_max;
         cfg.extra_sinks.push(SinkPlan {
             kind: "history",
             queue: sinks::registered("history").queue(QueueRequest::default(), is_live),
