@@ -50,10 +50,14 @@
 //!         block u32 (NNNN) | resolution seconds u32 | slots u32 | columns u32 (4096) |
 //!         values per column u32 | 24 zero bytes | crc32 of the 60 bytes before it u32
 //! row:    time u64 | columns n u32 | 0 u32 | n columns of values | !time u64 (the trailer)
+//! sparse: time u64 | entries n u32 | 1 u32 | n × (column u32 | 0 u32 | its values) | !time u64
 //! ```
 //!
 //! A row is written with one positioned write, trailer last, and only as wide as the block's
-//! columns in use (`n`). Values per column: a 1 s row has the five counters of [`Metrics`] (the
+//! columns in use (`n`); when few of them have data it is written sparse, with entries for
+//! those columns only, in column order (a column it does not name is a gap), so a block whose
+//! series are mostly idle costs a few hundred bytes a second, not 160 KiB. Ring files are
+//! sparse files: the unwritten part of a slot takes no disk space. Values per column: a 1 s row has the five counters of [`Metrics`] (the
 //! amounts during that second); a rollup row (1 min, 1 h, 1 day) has the five sums, the five
 //! smallest and the five largest per-second values, and the number of seconds that had data
 //! (16 values; average per second = sum / seconds).
@@ -435,6 +439,27 @@ fn sync_dir(dir: &Path) -> Result<(), StoreError> {
 
 // ---------------------------------------------------------------------------------------------
 // Rollup arithmetic, shared by the writer (accumulators) and the reader (open intervals).
+
+/// Row flag: the row holds (column, values) entries for the columns with data only.
+const ROW_SPARSE: u32 = 1;
+
+/// Whether a column's values (5 of a second, or 16 of a rollup) are a gap.
+fn is_gap(v: &[u64]) -> bool {
+    if v.len() == METRICS {
+        v[0] == GAP
+    } else {
+        v[SECONDS_AT] == 0
+    }
+}
+
+/// Makes a column's values (5 of a second, or 16 of a rollup) a gap.
+fn gap_values(v: &mut [u64]) {
+    if v.len() == METRICS {
+        v.fill(GAP);
+    } else {
+        rollup_gap(v);
+    }
+}
 
 /// Makes a rollup column a gap.
 fn rollup_gap(acc: &mut [u64]) {
@@ -996,22 +1021,37 @@ impl Ring {
         }
     }
 
-    /// The time and width of the row in `slot`; `None` for a never-written or blanked row. A
-    /// header sonde cannot have written is an error.
-    fn row_at(&self, slot: u64) -> Result<Option<(u64, u32)>, StoreError> {
+    /// Bytes of one entry of a sparse row: column u32, 0 u32, its values.
+    fn entry_bytes(&self) -> u64 {
+        8 + self.res.column_bytes()
+    }
+
+    /// Bytes of a row's body: `n` columns, or `n` entries of a sparse row.
+    fn body_bytes(&self, n: u32, sparse: bool) -> u64 {
+        n as u64
+            * if sparse {
+                self.entry_bytes()
+            } else {
+                self.res.column_bytes()
+            }
+    }
+
+    /// The time of the row in `slot`, its `n` and whether it is sparse; `None` for a
+    /// never-written or blanked row. A header sonde cannot have written is an error.
+    fn row_at(&self, slot: u64) -> Result<Option<(u64, u32, bool)>, StoreError> {
         let off = self.slot_offset(slot);
         let mut h = [0u8; ROW_HEADER as usize];
         self.file
             .read_exact_at(&mut h, off)
             .map_err(io_err(&self.path))?;
-        let (time, columns, zero) = (u64_at(&h, 0), u32_at(&h, 8), u32_at(&h, 12));
-        if time == 0 && columns == 0 && zero == 0 {
+        let (time, columns, flags) = (u64_at(&h, 0), u32_at(&h, 8), u32_at(&h, 12));
+        if time == 0 && columns == 0 && flags == 0 {
             return Ok(None);
         }
         let secs = self.res.seconds();
         if columns == 0
             || columns > COLUMNS_PER_BLOCK
-            || zero != 0
+            || flags & !ROW_SPARSE != 0
             || time % secs != 0
             || self.slot_of(time) != slot
         {
@@ -1023,73 +1063,159 @@ impl Ring {
                 ),
             ));
         }
-        Ok(Some((time, columns)))
+        Ok(Some((time, columns, flags & ROW_SPARSE != 0)))
     }
 
     /// What the slot of `t` (a multiple of the resolution) holds.
     fn probe(&self, t: u64) -> Result<Row, StoreError> {
         let slot = self.slot_of(t);
-        let Some((time, columns)) = self.row_at(slot)? else {
+        let Some((time, n, sparse)) = self.row_at(slot)? else {
             return Ok(Row::Absent);
         };
         if time != t {
             return Ok(Row::Absent);
         }
+        let body = self.slot_offset(slot) + ROW_HEADER;
         let mut tr = [0u8; 8];
-        let at = self.slot_offset(slot) + ROW_HEADER + columns as u64 * self.res.column_bytes();
         self.file
-            .read_exact_at(&mut tr, at)
+            .read_exact_at(&mut tr, body + self.body_bytes(n, sparse))
             .map_err(io_err(&self.path))?;
-        Ok(if u64::from_le_bytes(tr) == !t {
-            Row::Present { columns }
-        } else {
-            Row::Torn
-        })
+        if u64::from_le_bytes(tr) != !t {
+            return Ok(Row::Torn);
+        }
+        if !sparse {
+            return Ok(Row::Present { columns: n });
+        }
+        // A sparse row is as wide as its last entry's column (entries are in column order).
+        let last = self.entry_col(body, n - 1)?;
+        if last >= COLUMNS_PER_BLOCK {
+            return Err(
+                self.corrupt_row(body, format!("the sparse row of {t} names column {last}"))
+            );
+        }
+        Ok(Row::Present { columns: last + 1 })
     }
 
-    /// The values of the first `columns` columns of the row of `t` into `out`.
-    fn read_columns(&self, t: u64, columns: u32, out: &mut Vec<u64>) -> Result<(), StoreError> {
-        let n = columns as usize * self.res.values();
-        let mut bytes = vec![0u8; n * 8];
-        let at = self.slot_offset(self.slot_of(t)) + ROW_HEADER;
+    /// The column of entry `i` of the sparse row whose body starts at `body`.
+    fn entry_col(&self, body: u64, i: u32) -> Result<u32, StoreError> {
+        let mut c = [0u8; 4];
         self.file
-            .read_exact_at(&mut bytes, at)
+            .read_exact_at(&mut c, body + i as u64 * self.entry_bytes())
             .map_err(io_err(&self.path))?;
-        out.clear();
-        out.extend(
+        Ok(u32::from_le_bytes(c))
+    }
+
+    /// The values of the first `columns` columns of the (present) row of `t` into `out`; a
+    /// column a sparse row does not hold is a gap.
+    fn read_columns(&self, t: u64, columns: u32, out: &mut Vec<u64>) -> Result<(), StoreError> {
+        let slot = self.slot_of(t);
+        let (n, sparse) = self.row_at(slot)?.map_or((0, false), |(_, n, s)| (n, s));
+        let values = self.res.values();
+        let body = self.slot_offset(slot) + ROW_HEADER;
+        let words = |bytes: &[u8]| -> Vec<u64> {
             bytes
                 .chunks_exact(8)
-                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes"))),
-        );
+                .map(|c| u64::from_le_bytes(c.try_into().expect("8 bytes")))
+                .collect()
+        };
+        out.clear();
+        if !sparse {
+            let mut bytes = vec![0u8; columns as usize * values * 8];
+            self.file
+                .read_exact_at(&mut bytes, body)
+                .map_err(io_err(&self.path))?;
+            out.extend(words(&bytes));
+            return Ok(());
+        }
+        out.resize(columns as usize * values, 0);
+        for col in out.chunks_exact_mut(values) {
+            gap_values(col);
+        }
+        let mut bytes = vec![0u8; self.body_bytes(n, true) as usize];
+        self.file
+            .read_exact_at(&mut bytes, body)
+            .map_err(io_err(&self.path))?;
+        let entry = self.entry_bytes() as usize;
+        for e in bytes.chunks_exact(entry) {
+            let col = u32_at(e, 0) as usize;
+            if col < columns as usize {
+                out[col * values..(col + 1) * values].copy_from_slice(&words(&e[8..]));
+            }
+        }
         Ok(())
     }
 
-    /// The values of column `col` of the row of `t` into `out` (`res.values()` long).
-    fn read_column(&self, t: u64, col: u32, out: &mut [u64]) -> Result<(), StoreError> {
+    /// The values of column `col` of the (present) row of `t` into `out` (`res.values()`
+    /// long); false when the row has no value for it (a gap).
+    fn read_column(&self, t: u64, col: u32, out: &mut [u64]) -> Result<bool, StoreError> {
+        let slot = self.slot_of(t);
+        let (n, sparse) = self.row_at(slot)?.map_or((0, false), |(_, n, s)| (n, s));
+        let body = self.slot_offset(slot) + ROW_HEADER;
+        let at = if sparse {
+            // Entries are in column order: a binary search, a few small reads.
+            let (mut lo, mut hi) = (0u32, n);
+            let mut found = None;
+            while lo < hi {
+                let mid = lo + (hi - lo) / 2;
+                match self.entry_col(body, mid)?.cmp(&col) {
+                    std::cmp::Ordering::Equal => {
+                        found = Some(mid);
+                        break;
+                    }
+                    std::cmp::Ordering::Less => lo = mid + 1,
+                    std::cmp::Ordering::Greater => hi = mid,
+                }
+            }
+            match found {
+                Some(i) => body + i as u64 * self.entry_bytes() + 8,
+                None => return Ok(false),
+            }
+        } else if col < n {
+            body + col as u64 * self.res.column_bytes()
+        } else {
+            return Ok(false);
+        };
         let mut bytes = [0u8; ROLLUP_VALUES * 8];
         let bytes = &mut bytes[..out.len() * 8];
-        let at =
-            self.slot_offset(self.slot_of(t)) + ROW_HEADER + col as u64 * self.res.column_bytes();
         self.file
             .read_exact_at(bytes, at)
             .map_err(io_err(&self.path))?;
         for (v, c) in out.iter_mut().zip(bytes.chunks_exact(8)) {
             *v = u64::from_le_bytes(c.try_into().expect("8 bytes"));
         }
-        Ok(())
+        Ok(true)
     }
 
-    /// Writes the row of `t` with one positioned write, trailer last.
+    /// Writes the row of `t` with one positioned write, trailer last: dense, or sparse (only
+    /// the columns with data) when that is smaller, as it is when few series of the block had
+    /// data then.
     fn write_row(&mut self, t: u64, values: &[u64], buf: &mut Vec<u8>) -> Result<(), StoreError> {
-        let columns = (values.len() / self.res.values()) as u32;
+        let per = self.res.values();
+        let columns = (values.len() / per) as u32;
+        let with_data = values.chunks_exact(per).filter(|v| !is_gap(v)).count() as u32;
+        let sparse =
+            with_data > 0 && self.body_bytes(with_data, true) < self.body_bytes(columns, false);
         buf.clear();
         buf.extend_from_slice(&t.to_le_bytes());
-        buf.extend_from_slice(&columns.to_le_bytes());
-        buf.extend_from_slice(&0u32.to_le_bytes());
-        let at = buf.len();
-        buf.resize(at + values.len() * 8, 0);
-        for (chunk, v) in buf[at..].chunks_exact_mut(8).zip(values) {
-            chunk.copy_from_slice(&v.to_le_bytes());
+        if sparse {
+            buf.extend_from_slice(&with_data.to_le_bytes());
+            buf.extend_from_slice(&ROW_SPARSE.to_le_bytes());
+            for (col, v) in values.chunks_exact(per).enumerate() {
+                if is_gap(v) {
+                    continue;
+                }
+                buf.extend_from_slice(&(col as u32).to_le_bytes());
+                buf.extend_from_slice(&0u32.to_le_bytes());
+                for x in v {
+                    buf.extend_from_slice(&x.to_le_bytes());
+                }
+            }
+        } else {
+            buf.extend_from_slice(&columns.to_le_bytes());
+            buf.extend_from_slice(&0u32.to_le_bytes());
+            for x in values {
+                buf.extend_from_slice(&x.to_le_bytes());
+            }
         }
         buf.extend_from_slice(&(!t).to_le_bytes());
         let off = self.slot_offset(self.slot_of(t));
@@ -1128,7 +1254,7 @@ impl Ring {
                     }
                 } else {
                     for slot in 0..self.slots as u64 {
-                        if matches!(self.row_at(slot)?, Some((time, _)) if time >= first) {
+                        if matches!(self.row_at(slot)?, Some((time, ..)) if time >= first) {
                             self.blank(slot)?;
                         }
                     }
@@ -1138,7 +1264,7 @@ impl Ring {
             None => {
                 let mut newest = None;
                 for slot in 0..self.slots as u64 {
-                    let Some((time, _)) = self.row_at(slot)? else {
+                    let Some((time, ..)) = self.row_at(slot)? else {
                         continue;
                     };
                     if self.probe(time)? == Row::Torn {
@@ -1547,7 +1673,7 @@ fn resize_ring(
 ) -> Result<Ring, StoreError> {
     let mut rows = Vec::new();
     for slot in 0..old.slots as u64 {
-        if let Some((time, _)) = old.row_at(slot)? {
+        if let Some((time, ..)) = old.row_at(slot)? {
             match old.probe(time)? {
                 Row::Present { columns } => rows.push((time, columns)),
                 Row::Torn => {
@@ -2381,7 +2507,9 @@ impl RingSet {
             Row::Present { columns } if col < columns => {
                 let mut v = [0u64; ROLLUP_VALUES];
                 let v = &mut v[..res.values()];
-                ring.read_column(t, col, v)?;
+                if !ring.read_column(t, col, v)? {
+                    return Ok(None);
+                }
                 Ok(match res {
                     Resolution::Second => sample_of_second(v),
                     _ => sample_of_rollup(v),

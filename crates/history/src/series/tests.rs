@@ -923,3 +923,48 @@ fn damaged_owners_file_is_an_error_torn_tail_is_cut() {
     }
     let _ = fs::remove_dir_all(&dir);
 }
+
+/// Seconds in which few of a block's series have data are written sparse: the ring grows by a
+/// few KiB a second, not 160 KiB, and every value and gap reads back.
+#[test]
+fn sparse_rows_keep_mostly_idle_blocks_small() {
+    use std::os::unix::fs::MetadataExt;
+    let dir = tmp("sparse");
+    let mut written = Written::default();
+    let mut w = SeriesWriter::open(&dir, Config::default()).unwrap();
+    assert!(w.begin(T0));
+    for k in 0..4096 {
+        written.set(&mut w, Family::Hosts, &format!("k{k}"), value(k, T0));
+    }
+    w.commit().unwrap();
+    let ring = dir.join("series/hosts/1s-0000.ring");
+    let before = fs::metadata(&ring).unwrap().blocks() * 512;
+    for s in T0 + 1..T0 + 600 {
+        assert!(w.begin(s));
+        for k in [7usize, 1000 + (s % 50) as usize, 4095] {
+            written.set(&mut w, Family::Hosts, &format!("k{k}"), value(k, s));
+        }
+        w.commit().unwrap();
+    }
+    w.close().unwrap();
+    let grown = fs::metadata(&ring).unwrap().blocks() * 512 - before;
+    // 599 dense rows would be 599 × 160 KiB = 94 MiB.
+    assert!(grown < 599 * 8192, "{grown} bytes for 599 sparse rows");
+    let mut r = SeriesReader::open(&dir).unwrap();
+    for k in [0usize, 7, 1001, 1049, 2000, 4095] {
+        let key = format!("k{k}");
+        let points = r
+            .read(Family::Hosts, &key, Resolution::Second, T0, T0 + 600)
+            .unwrap();
+        for p in &points {
+            assert_eq!(
+                p.sample.map(|s| s.sum),
+                written.0[&key].get(&p.t).copied(),
+                "{key} {}",
+                p.t
+            );
+        }
+        check_rollups(&mut r, &written, &key, Resolution::Minute, T0, T0 + 600);
+    }
+    let _ = fs::remove_dir_all(&dir);
+}
