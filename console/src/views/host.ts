@@ -3,7 +3,7 @@
 // traffic chart is drawn from the differences between two refreshes. With --data-dir, a chart
 // of its stored series too (#/host/10.0.0.1?vlan=5 for its traffic on VLAN 5).
 
-import { api, ApiError, type Flow, type Host, type HostDetail } from '../api';
+import { api, ApiError, subscribe, type Flow, type Host, type HostDetail } from '../api';
 import { TimeChart } from '../chart';
 import { card, el, heading, link, replace } from '../dom';
 import { appCell, flowColumns, hostLink } from '../flowcols';
@@ -78,6 +78,13 @@ export const host: View = (root, route, ctx) => {
       .catch(() => undefined);
   }
 
+  // The time of the points is the event stream's clock: the traffic's own for a replayed
+  // capture (as the dashboard and the series on disk use), the wall clock for live traffic.
+  let clock: number | null = null;
+  const unsubscribe = subscribe((t) => {
+    clock = t.t;
+  });
+
   // Rates come from two consecutive refreshes: bytes now minus bytes then, over the time between.
   let prev: { t: number; sent: number; rcvd: number } | null = null;
   function show(d: HostDetail) {
@@ -88,7 +95,7 @@ export const host: View = (root, route, ctx) => {
         d.host.length > 1 ? el('section', { class: 'card wide' }, el('h2', {}, `VLAN ${h.vlan}`), counters(h)) : el('section', { class: 'card wide' }, counters(h)),
       ),
     );
-    const now = Date.now() / 1000;
+    const now = clock ?? Date.now() / 1000;
     const sent = d.host.reduce((a, h) => a + h.sent_bytes, 0);
     const rcvd = d.host.reduce((a, h) => a + h.rcvd_bytes, 0);
     if (prev && now > prev.t) {
@@ -111,5 +118,5 @@ export const host: View = (root, route, ctx) => {
       status.textContent = e instanceof ApiError && e.status === 404 ? `${ip} is not a live host (never seen, or idle and purged).` : (e as Error).message;
     }
   }, 2000);
-  return stopAll(stopPoll, () => chart.destroy(), long?.stop);
+  return stopAll(stopPoll, unsubscribe, () => chart.destroy(), long?.stop);
 };
