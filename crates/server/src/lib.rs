@@ -27,7 +27,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use snapshot::{AddrText, Net};
+use snapshot::AddrText;
+use sonde_analytics::Network;
 use sonde_dpi::dnscache::flow_addr_u128;
 use sonde_dpi::meta::Value as MetaValue;
 use sonde_dpi::Meta;
@@ -537,7 +538,7 @@ async fn hosts(
         .map(|t| AddrText::new(t));
     let net = q
         .get("net")
-        .map(|n| Net::parse(n))
+        .map(|n| Network::parse_prefix(n))
         .transpose()
         .map_err(bad)?;
     let app = app_param(&q)?;
@@ -581,7 +582,7 @@ async fn hosts(
         &[&snap.hosts],
         |h| {
             let (a, v) = (&h.key.addr, h.key.ip_version);
-            net.as_ref().is_none_or(|n| n.contains(a, v))
+            net.as_ref().is_none_or(|n| n.contains_addr(a, v))
                 && text.as_ref().is_none_or(|t| t.matches(a, v))
                 && app_hosts.as_ref().is_none_or(|s| s.contains(&h.key))
                 && named
@@ -714,7 +715,7 @@ async fn flows(
     // A host is an address (either end) or a prefix.
     let host = q
         .get("host")
-        .map(|h| Net::parse(h))
+        .map(|h| Network::parse_prefix(h))
         .transpose()
         .map_err(bad)?;
     let app = app_param(&q)?;
@@ -732,7 +733,8 @@ async fn flows(
                 && vlan.is_none_or(|v| u64::from(k.vlan) == v)
                 && app.is_none_or(|a| is_app(f, a))
                 && host.as_ref().is_none_or(|h| {
-                    h.contains(&k.addr_a, k.ip_version) || h.contains(&k.addr_b, k.ip_version)
+                    h.contains_addr(&k.addr_a, k.ip_version)
+                        || h.contains_addr(&k.addr_b, k.ip_version)
                 })
         },
         key,
@@ -832,14 +834,14 @@ async fn host(
     axum::extract::Path(ip): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
     let me = match ip.parse::<std::net::IpAddr>() {
-        Ok(_) => Net::parse(&ip).map_err(bad)?,
+        Ok(_) => Network::parse_prefix(&ip).map_err(bad)?,
         Err(_) => return Err(bad(format!("{ip:?} is not an IP address"))),
     };
     let snap = s.cache.get().await.map_err(internal)?;
     let mine_hosts: Vec<&Host> = snap
         .hosts
         .iter()
-        .filter(|h| me.contains(&h.key.addr, h.key.ip_version))
+        .filter(|h| me.contains_addr(&h.key.addr, h.key.ip_version))
         .collect();
     let mut mine: Vec<Value> = mine_hosts.iter().map(|h| host_json(h)).collect();
     add_names(&s.view, &mine_hosts, &mut mine);
@@ -853,9 +855,9 @@ async fn host(
     let (mut peers, mut apps, mut ports) = (HashMap::new(), HashMap::new(), HashMap::new());
     for f in snap.flows() {
         let k = &f.key;
-        let peer = if me.contains(&k.addr_a, k.ip_version) {
+        let peer = if me.contains_addr(&k.addr_a, k.ip_version) {
             &k.addr_b
-        } else if me.contains(&k.addr_b, k.ip_version) {
+        } else if me.contains_addr(&k.addr_b, k.ip_version) {
             &k.addr_a
         } else {
             continue;
