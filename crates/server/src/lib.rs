@@ -1058,6 +1058,17 @@ async fn events(
                 "dropped": t.dropped.iter().sum::<u64>(),
                 "packets_per_s": t.packets.saturating_sub(prev.packets) as f64 / dt,
                 "bits_per_s": t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
+                // With --local-networks: the IP bit rate of each flow direction (the counts
+                // move as flows pass them on, once a second of traffic).
+                "direction_bits_per_s": (!view.local_networks().is_empty()).then(|| {
+                    let mut m = serde_json::Map::new();
+                    for d in sonde_flow::Direction::ALL {
+                        let i = d as usize;
+                        let b = t.directions.bytes[i].saturating_sub(prev.directions.bytes[i]);
+                        m.insert(d.name().into(), json!(b as f64 * 8.0 / dt));
+                    }
+                    Value::Object(m)
+                }),
             });
             let event = Event::default().event("interface").data(data.to_string());
             Some((Ok(event), (now, t, time)))
