@@ -39,8 +39,8 @@ test('the dashboard charts traffic by direction', { timeout: 120_000 }, async ()
 
 test('hosts filter local and remote; flows show and filter their direction', { timeout: 120_000 }, async () => {
   const { page, problems } = env.b;
+  // Logged in by the test before (same browser page).
   await page.goto(`${env.sonde.url}/#/hosts`);
-  await login(page, env.sonde.url, 'admin', env.sonde.adminPassword);
   // Both kinds of host are live.
   await waitFor(
     async () => {
