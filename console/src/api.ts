@@ -36,7 +36,15 @@ export interface Interface {
   hosts_active: number;
   packets_per_s: number | null;
   bits_per_s: number | null;
+  /** The --local-networks prefixes (empty: none). */
+  local_networks?: string[];
+  /** With local networks: IP packets and bytes of flows by direction. */
+  directions?: Record<Direction, { packets: number; bytes: number; bits_per_s: number | null }> | null;
 }
+
+/** A flow's direction by --local-networks, client to server (transit: both ends remote). */
+export type Direction = 'in' | 'out' | 'internal' | 'transit';
+export const DIRECTIONS: Direction[] = ['in', 'out', 'internal', 'transit'];
 
 /** One `interface` Server-Sent Event (each second). */
 export interface Tick {
@@ -49,6 +57,8 @@ export interface Tick {
   dropped: number;
   packets_per_s: number;
   bits_per_s: number;
+  /** With local networks: the IP bit rate of each flow direction; null without. */
+  direction_bits_per_s?: Record<Direction, number> | null;
 }
 
 export interface Host {
@@ -62,6 +72,8 @@ export interface Host {
   flows_as_client: number;
   flows_as_server: number;
   active_flows: number;
+  /** In --local-networks (false when none are set). */
+  local?: boolean;
   first_seen: number;
   last_seen: number;
   /** DNS names clients resolved to this address: attacker-controlled, shown only as text. */
@@ -85,6 +97,8 @@ export interface Flow {
   server_port: number;
   protocol: number;
   vlan: number;
+  /** By --local-networks (every flow is transit when none are set). */
+  direction?: Direction;
   application: string | null;
   client_bytes: number;
   client_packets: number;

@@ -59,13 +59,21 @@ export function appFilter(label: string): string | null {
   return dot >= 0 ? label.slice(dot + 1) : label;
 }
 
-export function flowColumns(opts: { sortable: boolean }): Column<Flow>[] {
+/** A flow's direction by --local-networks, as a tag (`data-direction` for styles and tests). */
+export function directionCell(d: string | undefined): HTMLElement | string {
+  if (!d) return '–';
+  return el('span', { class: 'direction', 'data-direction': d }, d);
+}
+
+/** `direction`: a Direction column (only when --local-networks are set). */
+export function flowColumns(opts: { sortable: boolean; direction?: boolean }): Column<Flow>[] {
   const s = (k: string) => (opts.sortable ? k : undefined);
   return [
     { label: 'Client', cell: (f) => hostLink(f.client) },
     { label: 'Port', numeric: true, cell: (f) => f.client_port },
     { label: 'Server', cell: (f) => hostLink(f.server) },
     { label: 'Port', numeric: true, cell: (f) => f.server_port },
+    ...(opts.direction ? [{ label: 'Direction', cell: (f: Flow) => directionCell(f.direction) }] : []),
     { label: 'Proto', cell: (f) => fmt.proto(f.protocol) },
     { label: 'VLAN', numeric: true, cell: (f) => f.vlan },
     { label: 'Application', cell: (f) => appCell(f.application) },

@@ -60,6 +60,7 @@ let hasHistory = false;
 /** Whether the analytics are on, and whether filter-sets are configured (/api/v1/filtersets). */
 let hasAnalytics = false;
 let hasFilters = false;
+let localNetworks: string[] = [];
 let stop: Stop | undefined;
 
 function stopView() {
@@ -116,8 +117,13 @@ function showLogin() {
 /** After a login (or with a session already open): what the server offers, then the page. */
 async function signedIn(who: Me) {
   me = who;
-  const [health, sets] = await Promise.all([api.health().catch(() => null), api.filtersets(0).catch((e: unknown) => e)]);
+  const [health, sets, iface] = await Promise.all([
+    api.health().catch(() => null),
+    api.filtersets(0).catch((e: unknown) => e),
+    api.iface().catch(() => null),
+  ]);
   hasHistory = health?.history === true;
+  localNetworks = iface?.local_networks ?? [];
   // A 404 means --analytics off; any other failure leaves the pages in (they say what is wrong).
   hasAnalytics = !(sets instanceof ApiError && sets.status === 404);
   hasFilters = !(sets instanceof Error) && (sets as FilterSets).sets.length > 0;
@@ -142,7 +148,7 @@ function route(focus = true) {
     return;
   }
   document.title = `${page.title}${r.arg ? ` ${r.arg}` : ''} · sonde`;
-  stop = page.view(main, r, { me, history: hasHistory, analytics: hasAnalytics, filters: hasFilters }) ?? undefined;
+  stop = page.view(main, r, { me, history: hasHistory, analytics: hasAnalytics, filters: hasFilters, localNetworks }) ?? undefined;
   if (focus) main.focus({ preventScroll: true });
 }
 

@@ -1,7 +1,7 @@
 // The dashboard: live throughput (one point a second from the event stream), the current
 // figures, and what is largest right now: hosts, applications, flows.
 
-import { api, subscribe, type Host, type Flow } from '../api';
+import { api, DIRECTIONS, subscribe, type Direction, type Host, type Flow } from '../api';
 import { TimeChart } from '../chart';
 import { card, el, heading, link } from '../dom';
 import { flowColumns, hostLink, appCell } from '../flowcols';
@@ -45,7 +45,16 @@ export const dashboard: View = (root, _route, ctx) => {
     empty: 'No hosts yet.',
   });
   const appsT = rankedTable('Top applications by traffic', 'Application', (r) => appCell(r.application ?? null), 'No applications yet.');
-  const flowsT = table<Flow>({ caption: 'Top flows by traffic', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows yet.' });
+  const flowsT = table<Flow>({
+    caption: 'Top flows by traffic',
+    hideCaption: true,
+    columns: flowColumns({ sortable: false, direction: ctx.localNetworks.length > 0 }),
+    empty: 'No flows yet.',
+  });
+
+  // With --local-networks: the IP bit rate of each flow direction (both ways of a flow under
+  // its direction), a line each, with the latest figures under it.
+  const directions = ctx.localNetworks.length > 0 ? directionCard(ctx.localNetworks) : null;
 
   root.append(
     heading('Dashboard', live),
@@ -56,6 +65,7 @@ export const dashboard: View = (root, _route, ctx) => {
       chart.el,
       el('dl', { class: 'stats' }, fBits.el, fPkts.el, fFlows.el, fHosts.el, fDrops.el),
     ),
+    ...(directions ? [directions.el] : []),
     el(
       'div',
       { class: 'grid' },
@@ -81,6 +91,7 @@ export const dashboard: View = (root, _route, ctx) => {
       fFlows.v.textContent = fmt.count(t.flows_active);
       fHosts.v.textContent = fmt.count(t.hosts_active);
       fDrops.v.textContent = fmt.count(t.dropped);
+      if (directions && t.direction_bits_per_s) directions.push(t.t, t.direction_bits_per_s);
       live.textContent = 'live';
       live.dataset.state = 'live';
     },
@@ -103,7 +114,44 @@ export const dashboard: View = (root, _route, ctx) => {
     flowsT.update(flows.flows);
   }, 3000);
 
-  return stopAll(unsubscribe, stopPoll, () => chart.destroy());
+  return stopAll(unsubscribe, stopPoll, () => chart.destroy(), () => directions?.chart.destroy());
 };
+
+const DIRECTION_LABELS: Record<Direction, string> = {
+  in: 'In (remote → local)',
+  out: 'Out (local → remote)',
+  internal: 'Internal (local ↔ local)',
+  transit: 'Transit (remote ↔ remote)',
+};
+
+/** The "Traffic by direction" card: a live chart of the four rates and their latest values. */
+function directionCard(nets: string[]) {
+  const colors: Record<Direction, string> = { in: '--c1', out: '--c2', internal: '--c4', transit: '--c8' };
+  const chart = new TimeChart({
+    label: 'IP traffic by direction over the last two minutes, bits per second',
+    window: 120,
+    series: DIRECTIONS.map((d) => ({ label: d, colorVar: colors[d], axis: 'left' as const, format: fmt.bits })),
+  });
+  const figures = DIRECTIONS.map((d) => {
+    const v = el('dd', { 'data-direction': d }, '–');
+    return { d, v, el: el('div', { class: 'stat' }, el('dt', {}, DIRECTION_LABELS[d]), v) };
+  });
+  const box = el(
+    'section',
+    { class: 'card wide', 'aria-labelledby': 'dir', 'data-card': 'directions' },
+    el('h2', { id: 'dir' }, 'Traffic by direction'),
+    el('p', { class: 'note' }, `Local networks: ${nets.join(', ')}. Flows by their client → server direction; both ways of a flow count under it.`),
+    chart.el,
+    el('dl', { class: 'stats' }, ...figures.map((f) => f.el)),
+  );
+  return {
+    el: box,
+    chart,
+    push(t: number, rates: Record<Direction, number>) {
+      chart.push(t, DIRECTIONS.map((d) => rates[d] ?? 0));
+      for (const f of figures) f.v.textContent = fmt.bits(rates[f.d] ?? 0);
+    },
+  };
+}
 
 const sumOrNull = (a: number | null, b: number | null) => (a === null || b === null ? null : a + b);

@@ -2,7 +2,7 @@
 // by the server and refreshed every 2 s (pausable). Every filter is in the URL:
 // #/flows?port=443&proto=6&app=TLS
 
-import { api, type Flow } from '../api';
+import { api, DIRECTIONS, type Flow } from '../api';
 import { el, heading } from '../dom';
 import { flowColumns } from '../flowcols';
 import { poll } from '../poll';
@@ -11,12 +11,13 @@ import { pager, table, type Order } from '../table';
 import type { View } from './view';
 
 const LIMIT = 50;
-const FILTERS = ['host', 'port', 'proto', 'app', 'vlan'] as const;
+const FILTERS = ['host', 'port', 'proto', 'app', 'vlan', 'direction'] as const;
 type Filter = (typeof FILTERS)[number];
 
-export const flows: View = (root, route) => {
+export const flows: View = (root, route, ctx) => {
   const p = route.params;
-  const filter: Record<Filter, string> = { host: '', port: '', proto: '', app: '', vlan: '' };
+  const local = ctx.localNetworks.length > 0;
+  const filter: Record<Filter, string> = { host: '', port: '', proto: '', app: '', vlan: '', direction: '' };
   for (const k of FILTERS) filter[k] = p.get(k) ?? '';
   const state = {
     sort: p.get('sort') ?? 'bytes',
@@ -33,7 +34,7 @@ export const flows: View = (root, route) => {
       Object.assign(state, { sort: key, order, offset: 0 });
       refresh();
     },
-    columns: flowColumns({ sortable: true }),
+    columns: flowColumns({ sortable: true, direction: local }),
     empty: 'No flow matches.',
   });
   const pages = pager((offset) => {
@@ -67,6 +68,18 @@ export const flows: View = (root, route) => {
     field('proto', 'Protocol', proto),
     field('app', 'Application', text('TLS, DNS, Google…')),
     field('vlan', 'VLAN', text('0', 'numeric')),
+    // By --local-networks, client to server.
+    local &&
+      field(
+        'direction',
+        'Direction',
+        el(
+          'select',
+          {},
+          el('option', { value: '' }, 'any'),
+          ...DIRECTIONS.map((d) => el('option', { value: d }, d)),
+        ),
+      ),
     el('button', { type: 'submit' }, 'Apply'),
     el('button', { type: 'reset' }, 'Clear'),
   );

@@ -25,8 +25,10 @@ const COUNTERS: [keyof Host, string, (n: number) => string][] = [
   ['active_flows', 'Active flows', fmt.count],
 ];
 
-function counters(h: Host): HTMLElement {
+/** `local`: whether --local-networks are set (then the host is said local or remote). */
+function counters(h: Host, local: boolean): HTMLElement {
   const items: HTMLElement[] = [];
+  if (local) items.push(el('div', { class: 'stat' }, el('dt', {}, 'Network'), el('dd', { 'data-local': String(h.local === true) }, h.local ? 'local' : 'remote')));
   for (const [k, label, f] of COUNTERS) {
     const v = h[k] as number;
     items.push(el('div', { class: 'stat' }, el('dt', {}, label), el('dd', { 'data-counter': k }, num(v, f(v)))));
@@ -58,7 +60,7 @@ export const host: View = (root, route, ctx) => {
     const [port, proto] = (r.port ?? '').split('/');
     return link(href('flows', '', { host: ip, port, proto }), `${port}/${fmt.proto(Number(proto))}`);
   }, 'None.');
-  const flowsT = table<Flow>({ caption: 'Largest flows of this host', hideCaption: true, columns: flowColumns({ sortable: false }), empty: 'No flows.' });
+  const flowsT = table<Flow>({ caption: 'Largest flows of this host', hideCaption: true, columns: flowColumns({ sortable: false, direction: ctx.localNetworks.length > 0 }), empty: 'No flows.' });
   const flowsNote = el('p', { class: 'muted' });
 
   root.append(
@@ -92,7 +94,9 @@ export const host: View = (root, route, ctx) => {
     replace(
       blocks,
       ...d.host.map((h) =>
-        d.host.length > 1 ? el('section', { class: 'card wide' }, el('h2', {}, `VLAN ${h.vlan}`), counters(h)) : el('section', { class: 'card wide' }, counters(h)),
+        d.host.length > 1
+          ? el('section', { class: 'card wide' }, el('h2', {}, `VLAN ${h.vlan}`), counters(h, ctx.localNetworks.length > 0))
+          : el('section', { class: 'card wide' }, counters(h, ctx.localNetworks.length > 0)),
       ),
     );
     const now = clock ?? Date.now() / 1000;

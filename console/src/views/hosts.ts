@@ -13,9 +13,13 @@ import type { View } from './view';
 
 const LIMIT = 50;
 
-export const hosts: View = (root, route) => {
+export const hosts: View = (root, route, ctx) => {
   const p = route.params;
+  // With --local-networks: local or remote hosts, or all.
+  const localNets = ctx.localNetworks.length > 0;
+  const localParam = p.get('local');
   const state = {
+    local: localNets && (localParam === 'true' || localParam === 'false') ? localParam : '',
     sort: p.get('sort') ?? 'bytes',
     order: (p.get('order') === 'asc' ? 'asc' : 'desc') as Order,
     q: p.get('q') ?? '',
@@ -37,6 +41,7 @@ export const hosts: View = (root, route) => {
       { label: 'Names', cell: (h) => (h.names ?? []).join(', ') },
       { label: 'VLAN', numeric: true, cell: (h) => h.vlan },
       { label: 'MAC', cell: (h) => h.mac ?? '' },
+      ...(localNets ? [{ label: 'Network', cell: (h: Host) => el('span', { 'data-local': String(h.local === true) }, h.local ? 'local' : 'remote') }] : []),
       { label: 'Bytes', sort: 'bytes', numeric: true, cell: (h) => num(h.sent_bytes + h.rcvd_bytes, fmt.bytes(h.sent_bytes + h.rcvd_bytes)) },
       { label: 'Packets', sort: 'packets', numeric: true, cell: (h) => num(h.sent_packets + h.rcvd_packets, fmt.count(h.sent_packets + h.rcvd_packets)) },
       { label: 'Sent', sort: 'sent_bytes', numeric: true, cell: (h) => num(h.sent_bytes, fmt.bytes(h.sent_bytes)) },
@@ -67,6 +72,21 @@ export const hosts: View = (root, route) => {
     });
     return [el('label', { for: `hosts-${key}` }, label), input];
   };
+  function localFilter() {
+    const select = el(
+      'select',
+      { id: 'hosts-local', name: 'local' },
+      el('option', { value: '' }, 'all'),
+      el('option', { value: 'true' }, 'local'),
+      el('option', { value: 'false' }, 'remote'),
+    );
+    select.value = state.local;
+    select.addEventListener('change', () => {
+      Object.assign(state, { local: select.value, offset: 0 });
+      refresh();
+    });
+    return [el('label', { for: 'hosts-local' }, 'Network'), select];
+  }
   const error = el('p', { class: 'error', role: 'alert' });
 
   root.append(
@@ -77,6 +97,7 @@ export const hosts: View = (root, route) => {
       ...filter('q', 'Address contains', 'e.g. 10.0. or fe80::'),
       ...filter('name', 'DNS name contains', 'e.g. google'),
       ...filter('app', 'Application', 'e.g. TLS'),
+      ...(localNets ? localFilter() : []),
     ),
     error,
     t.el,
@@ -86,12 +107,12 @@ export const hosts: View = (root, route) => {
 
   let stopPoll = () => {};
   function refresh() {
-    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, name: state.name, app: state.app, offset: state.offset || undefined });
+    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, name: state.name, app: state.app, local: state.local, offset: state.offset || undefined });
     // Restart the cycle so the new view is fetched now.
     stopPoll();
     stopPoll = poll(async (signal) => {
       try {
-        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, name: state.name || undefined, app: state.app || undefined, offset: state.offset, limit: LIMIT }, signal);
+        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, name: state.name || undefined, app: state.app || undefined, local: state.local || undefined, offset: state.offset, limit: LIMIT }, signal);
         error.textContent = '';
         t.update(r.hosts);
         pages.update(r.total, r.offset, LIMIT);

@@ -12,6 +12,8 @@ export interface Ctx {
   analytics: boolean;
   /** Whether any --filter-set is configured: the Filters page. */
   filters: boolean;
+  /** The --local-networks prefixes (empty: none, and nothing is split by direction). */
+  localNetworks: string[];
 }
 
 export type Stop = () => void;

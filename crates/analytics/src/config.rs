@@ -196,16 +196,82 @@ impl Network {
         Some(n)
     }
 
+    /// [`Network::parse`] with an error that names the text and shows what is expected:
+    /// what a flag or an API parameter reports.
+    pub fn parse_prefix(text: &str) -> Result<Network, String> {
+        Network::parse(text.trim()).ok_or_else(|| {
+            format!("{text:?}: expected an address or a prefix such as 10.0.0.0/8 or 2001:db8::/32")
+        })
+    }
+
     pub fn contains(&self, h: &HostAddr) -> bool {
-        if h.ip_version != self.ip_version {
+        self.contains_addr(&h.addr, h.ip_version)
+    }
+
+    /// Whether an address as the engine keeps it (IPv4 in the first 4 of 16 bytes) is in the
+    /// network.
+    #[inline]
+    pub fn contains_addr(&self, addr: &[u8; 16], ip_version: u8) -> bool {
+        if ip_version != self.ip_version {
             return false;
         }
         let full = (self.len / 8) as usize;
-        if h.addr[..full] != self.addr[..full] {
+        if addr[..full] != self.addr[..full] {
             return false;
         }
         let rest = self.len % 8;
-        rest == 0 || (h.addr[full] & (0xffu8 << (8 - rest))) == self.addr[full]
+        rest == 0 || (addr[full] & (0xffu8 << (8 - rest))) == self.addr[full]
+    }
+}
+
+/// A set of networks (`--local-networks`): whether an address is in any of them.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Networks(Vec<Network>);
+
+impl Networks {
+    /// `10.0.0.0/8,192.168.0.0/16,2001:db8::/32`: a comma list of prefixes (a bare address is
+    /// that host alone). Empty items are skipped; a bad one is an error naming it.
+    pub fn parse(list: &str) -> Result<Networks, String> {
+        let mut n = Networks::default();
+        n.add(list)?;
+        Ok(n)
+    }
+
+    /// Adds the prefixes of a comma list (see [`Networks::parse`]); a network given twice is
+    /// kept once.
+    pub fn add(&mut self, list: &str) -> Result<(), String> {
+        for item in list.split(',').map(str::trim).filter(|i| !i.is_empty()) {
+            let net = Network::parse_prefix(item)?;
+            if !self.0.contains(&net) {
+                self.0.push(net);
+            }
+        }
+        Ok(())
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    pub fn list(&self) -> &[Network] {
+        &self.0
+    }
+
+    #[inline]
+    pub fn contains_addr(&self, addr: &[u8; 16], ip_version: u8) -> bool {
+        self.0.iter().any(|n| n.contains_addr(addr, ip_version))
+    }
+}
+
+impl From<Vec<Network>> for Networks {
+    fn from(v: Vec<Network>) -> Networks {
+        let mut n = Networks::default();
+        for net in v {
+            if !n.0.contains(&net) {
+                n.0.push(net);
+            }
+        }
+        n
     }
 }
 
@@ -384,6 +450,39 @@ mod tests {
         assert!(!v6.contains(&host("2001:db8:8000::1")));
         assert!(Network::parse("10.0.0.0/33").is_none());
         assert!(Network::parse("nope/8").is_none());
+    }
+
+    #[test]
+    fn network_lists_parse_and_name_a_bad_prefix() {
+        let n = Networks::parse("10.0.0.0/8, 192.168.0.0/16,2001:db8::/32,,10.0.0.0/8").unwrap();
+        assert_eq!(n.list().len(), 3);
+        let v4 = |s: &str| {
+            let ip: std::net::Ipv4Addr = s.parse().unwrap();
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&ip.octets());
+            a
+        };
+        assert!(n.contains_addr(&v4("10.200.1.1"), 4));
+        assert!(n.contains_addr(&v4("192.168.7.7"), 4));
+        assert!(!n.contains_addr(&v4("192.169.0.1"), 4));
+        assert!(!n.contains_addr(&v4("8.8.8.8"), 4));
+        let six: std::net::Ipv6Addr = "2001:db8:1::5".parse().unwrap();
+        assert!(n.contains_addr(&six.octets(), 6));
+        let other: std::net::Ipv6Addr = "2001:db9::5".parse().unwrap();
+        assert!(!n.contains_addr(&other.octets(), 6));
+        // The v4 bytes of 10.x in an IPv6 address are not 10.0.0.0/8.
+        assert!(!n.contains_addr(&v4("10.0.0.1"), 6));
+        for bad in [
+            "10.0.0.0/33",
+            "10.0.0/8",
+            "lan",
+            "2001:db8::/129",
+            "10.0.0.0/x",
+        ] {
+            let e = Networks::parse(&format!("192.168.0.0/16,{bad}")).unwrap_err();
+            assert!(e.contains(bad) && e.contains("10.0.0.0/8"), "{e}");
+        }
+        assert!(Networks::parse("").unwrap().is_empty());
     }
 
     #[test]

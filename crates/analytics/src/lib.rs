@@ -22,7 +22,7 @@ pub mod shard;
 pub mod sketch;
 pub mod types;
 
-pub use config::{AnalyticsConfig, Key, Network, Thresholds};
+pub use config::{AnalyticsConfig, Key, Network, Networks, Thresholds};
 pub use filterset::{FilterCounts, FilterEval, FilterSetSpec, FilterSets, USE_FLOW_BITS};
 pub use shard::{FlowHosts, FlowIvl, IcmpKind, Report, ShardAnalytics, WatchList, NO_HOST};
 pub use types::{HostAddr, Rates, Traffic, Usage};

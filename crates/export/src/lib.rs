@@ -167,6 +167,11 @@ fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
     put("FRAGMENTS", &mut buf, false);
     buf.push_str(r.reason.name());
     put("FLOW_END_REASON", &mut buf, true);
+    if f.classified() {
+        // With --local-networks only.
+        buf.push_str(f.direction().name());
+        put("FLOW_DIRECTION", &mut buf, true);
+    }
     if f.sampling > 0 {
         // A collected flow: where it came from.
         if let Some((addr, _)) = r.exporter {
@@ -408,6 +413,10 @@ pub fn host_json(line: &mut String, h: &Host) {
     line.push_str("{\"IP_ADDR\":\"");
     format_addr(line, &h.key.addr, h.key.ip_version);
     let _ = write!(line, "\",\"VLAN_ID\":{}", h.key.vlan);
+    if let Some(local) = h.local {
+        // With --local-networks only.
+        let _ = write!(line, ",\"LOCAL\":{local}");
+    }
     if h.has_mac {
         line.push_str(",\"MAC\":\"");
         format_mac(line, &h.mac);
@@ -486,6 +495,7 @@ mod tests {
     fn everything() -> FlowRecord {
         use sonde_dpi::meta::{Kind, FIELDS};
         let mut r = record();
+        r.flow.locality = sonde_flow::locality::CLASSIFIED | sonde_flow::locality::B;
         r.flow.dpi_done = true;
         r.flow.sampling = 1;
         r.exporter = Some(("10.1.1.1:2055".parse().unwrap(), 0));
@@ -586,6 +596,35 @@ mod tests {
         assert_eq!(v["CLIENT_NW_LATENCY_MS"], 1.5);
         assert_eq!(v["FLOW_END_REASON"], "idle_timeout");
         assert!(v.get("IPV6_SRC_ADDR").is_none());
+    }
+
+    #[test]
+    fn direction_and_locality_are_written_with_local_networks_only() {
+        use sonde_flow::locality::{A, B, CLASSIFIED};
+        let json = |r: &FlowRecord| {
+            let mut w = FlowWriter::new(Vec::new(), Format::Json);
+            w.write(r).unwrap();
+            serde_json::from_str::<serde_json::Value>(String::from_utf8(w.out).unwrap().trim())
+                .unwrap()
+        };
+        let mut r = record();
+        assert!(json(&r).get("FLOW_DIRECTION").is_none());
+        // The client is end b (10.0.0.9).
+        for (bits, want) in [(0, "transit"), (B, "out"), (A, "in"), (A | B, "internal")] {
+            r.flow.locality = CLASSIFIED | bits;
+            assert_eq!(json(&r)["FLOW_DIRECTION"], want, "{bits}");
+        }
+        let mut h = Host::default();
+        let host = |h: &Host| {
+            let mut line = String::new();
+            host_json(&mut line, h);
+            serde_json::from_str::<serde_json::Value>(&line).unwrap()
+        };
+        assert!(host(&h).get("LOCAL").is_none());
+        h.local = Some(true);
+        assert_eq!(host(&h)["LOCAL"], true);
+        h.local = Some(false);
+        assert_eq!(host(&h)["LOCAL"], false);
     }
 
     #[test]

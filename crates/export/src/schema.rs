@@ -141,6 +141,7 @@ const FLOW: &[Field] = &[
     f("TUNNEL", Name, "", "flow", None, Fixed, false, "tunnel the flow was carried in (gtp, gre, vxlan, …)"),
     f("FRAGMENTS", Count, "packets", "flow", None, Fixed, false, "IP fragments"),
     f("FLOW_END_REASON", Name, "", "flow", Some((136, 0)), Fixed, true, "why the flow was exported"),
+    f("FLOW_DIRECTION", Name, "", "flow", None, Derived, false, "in, out, internal or transit by --local-networks, client to server (only with it; not kept in the history)"),
     f("EXPORTER_IPV4_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv4)"),
     f("EXPORTER_IPV6_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv6)"),
     f("INPUT_SNMP", Code, "", "collector", None, Fixed, true, "input interface index (NetFlow v9 element 10; not in IPFIX export)"),

@@ -6,13 +6,13 @@
 //! accounting, idle/active timeouts, host purge) happens in [`Engine::tick`], driven by packet
 //! time, so reading a file gives the same result however fast it is read.
 
-use crate::flow::{EndReason, Flow, FlowRecord, FlowRow, NO_HOST};
+use crate::flow::{locality, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow, NO_HOST};
 use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
 use crate::series::{Gauges, SeriesAcc, SeriesTick};
 use crate::stats::{DropReason, ShardStats};
 use crate::table::{prefetch_read, Index};
-use sonde_analytics::ShardAnalytics;
+use sonde_analytics::{Networks, ShardAnalytics};
 use sonde_dpi::{Dpi, FlowDpi, Meta};
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 
@@ -238,6 +238,8 @@ pub struct Engine {
     series: Option<Box<SeriesAcc>>,
     /// Hosts created since the last [`Engine::take_new_hosts`] (with `list_new_hosts`).
     new_hosts: Vec<HostKey>,
+    /// `--local-networks` (none given: `None`, and flows are not classified).
+    local: Option<Box<Networks>>,
     /// Filter-sets, top-N and anomaly lists, DDoS rates (see `engine/analytics.rs`).
     analytics: Option<Box<ShardAnalytics>>,
     /// Filter-set masks and wire lengths of the pending batch (with filter-sets).
@@ -272,6 +274,7 @@ impl Engine {
             hosts: HostTable::new(cfg.max_hosts.max(1)),
             series: cfg.series.then(Box::default),
             new_hosts: Vec::new(),
+            local: None,
             stats: ShardStats::default(),
             expired: Vec::new(),
             purged_hosts: Vec::new(),
@@ -304,6 +307,33 @@ impl Engine {
 
     pub fn config(&self) -> &EngineConfig {
         &self.cfg
+    }
+
+    /// The local networks (`--local-networks`): each flow created from now on is classified
+    /// once, from its two addresses, as in, out, internal or transit, and each new host as
+    /// local or remote. Empty: nothing is classified (the default).
+    pub fn set_local_networks(&mut self, nets: Networks) {
+        self.flush_batch();
+        self.local = (!nets.is_empty()).then(|| Box::new(nets));
+    }
+
+    /// Which ends of a flow with key `key` are local ([`locality`] bits; 0 without local
+    /// networks).
+    #[inline]
+    fn locality_of(&self, key: &FlowKey) -> u8 {
+        match self.local.as_deref() {
+            None => 0,
+            Some(nets) => {
+                let mut l = locality::CLASSIFIED;
+                if nets.contains_addr(&key.addr_a, key.ip_version) {
+                    l |= locality::A;
+                }
+                if nets.contains_addr(&key.addr_b, key.ip_version) {
+                    l |= locality::B;
+                }
+                l
+            }
+        }
     }
 
     /// Turns application detection on (with this detector set) or off.
@@ -667,6 +697,9 @@ impl Engine {
             return NO_SLOT;
         }
         let mut flow = Flow::new(*key, dir, d, ts_ns);
+        // Classified once, here: the packet path never looks at the local networks.
+        flow.locality = self.locality_of(key);
+        let classified = flow.classified();
         // Hosts: side a and side b of the canonical key.
         let macs = if d.has_mac {
             [Some(flow.mac_a), Some(flow.mac_b)]
@@ -701,6 +734,10 @@ impl Engine {
                         a.prefetch(hslot);
                     }
                     let h = self.hosts.get_mut(hslot);
+                    if created && classified {
+                        let bit = if side == 0 { locality::A } else { locality::B };
+                        h.local = Some(flow.locality & bit != 0);
+                    }
                     h.active_flows += 1;
                     if (side == 0) == flow.client_is_a {
                         h.flows_as_client += 1;
@@ -740,10 +777,17 @@ impl Engine {
         hosts: &mut HostTable,
         series: Option<&mut SeriesAcc>,
         analytics: Option<&mut ShardAnalytics>,
+        directions: Option<&mut DirectionCounts>,
         f: &mut Flow,
     ) {
         if f.pending_pkts == [0, 0] {
             return;
+        }
+        if let Some(d) = directions {
+            // Both ways of the flow under its direction.
+            let i = f.direction() as usize;
+            d.packets[i] += f.pending_pkts[0] as u64 + f.pending_pkts[1] as u64;
+            d.bytes[i] += f.pending_bytes[0] + f.pending_bytes[1];
         }
         if let Some(s) = series {
             s.on_flush(f, NO_HOST);
@@ -785,6 +829,7 @@ impl Engine {
             &mut self.hosts,
             self.series.as_deref_mut(),
             self.analytics.as_deref_mut(),
+            self.local.is_some().then_some(&mut self.stats.directions),
             f,
         );
         for h in f.hosts {
@@ -858,6 +903,7 @@ impl Engine {
                 &mut self.hosts,
                 self.series.as_deref_mut(),
                 self.analytics.as_deref_mut(),
+                self.local.is_some().then_some(&mut self.stats.directions),
                 f,
             );
             let idle = now.saturating_sub(f.last_ns);
@@ -1109,6 +1155,7 @@ impl Engine {
                 &mut self.hosts,
                 self.series.as_deref_mut(),
                 self.analytics.as_deref_mut(),
+                self.local.is_some().then_some(&mut self.stats.directions),
                 f,
             );
         }

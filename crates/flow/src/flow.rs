@@ -140,6 +140,9 @@ pub struct Flow {
     pub tcp_flags: [u8; 2],
     pub tcp_state: TcpState,
     pub client_is_a: bool,
+    /// Which ends are in `--local-networks` ([`locality`] bits), set once when the flow is
+    /// created; with `client_is_a` it gives the flow's [`Flow::direction`].
+    pub locality: u8,
     pub tunnel: Tunnel,
     pub tos: u8,
     pub icmp_type_code: u16,
@@ -187,6 +190,7 @@ impl Default for Flow {
             tcp_flags: [0; 2],
             tcp_state: TcpState::None,
             client_is_a: true,
+            locality: 0,
             tunnel: Tunnel::None,
             tos: 0,
             icmp_type_code: 0,
@@ -218,6 +222,7 @@ pub struct FlowRow {
     /// `l7` is final (see [`Flow::dpi_done`]).
     pub dpi_done: bool,
     pub client_is_a: bool,
+    pub locality: u8,
 }
 
 impl From<&Flow> for FlowRow {
@@ -232,6 +237,7 @@ impl From<&Flow> for FlowRow {
             l7: f.l7,
             dpi_done: f.dpi_done,
             client_is_a: f.client_is_a,
+            locality: f.locality,
         }
     }
 }
@@ -246,6 +252,87 @@ impl FlowRow {
     /// Addresses and ports seen from the client.
     pub fn ends(&self) -> crate::key::Ends<'_> {
         self.key.ends(self.client_dir())
+    }
+
+    #[inline]
+    pub fn direction(&self) -> Direction {
+        Direction::of(self.locality, self.client_is_a)
+    }
+}
+
+/// Bits of [`Flow::locality`].
+pub mod locality {
+    /// End a of the canonical key is in a local network.
+    pub const A: u8 = 1;
+    /// End b is.
+    pub const B: u8 = 2;
+    /// Local networks are set: the flow was classified (without them no flow is, and the
+    /// outputs leave its direction out).
+    pub const CLASSIFIED: u8 = 0x80;
+}
+
+/// Where a flow goes relative to the local networks (`--local-networks`), client → server:
+/// `in` (remote → local), `out` (local → remote), `internal` (local ↔ local), `transit`
+/// (remote ↔ remote; every flow when no network is local). Both ways of a flow count under
+/// its direction.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum Direction {
+    In = 0,
+    Out,
+    Internal,
+    Transit,
+}
+
+impl Direction {
+    pub const ALL: [Direction; 4] = [
+        Direction::In,
+        Direction::Out,
+        Direction::Internal,
+        Direction::Transit,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            Direction::In => "in",
+            Direction::Out => "out",
+            Direction::Internal => "internal",
+            Direction::Transit => "transit",
+        }
+    }
+
+    pub fn from_name(s: &str) -> Option<Direction> {
+        Direction::ALL.into_iter().find(|d| d.name() == s)
+    }
+
+    /// The direction of a flow whose ends have `locality` bits and whose client is end a
+    /// when `client_is_a`.
+    #[inline]
+    pub fn of(locality: u8, client_is_a: bool) -> Direction {
+        let (a, b) = (locality & locality::A != 0, locality & locality::B != 0);
+        let (client, server) = if client_is_a { (a, b) } else { (b, a) };
+        match (client, server) {
+            (false, true) => Direction::In,
+            (true, false) => Direction::Out,
+            (true, true) => Direction::Internal,
+            (false, false) => Direction::Transit,
+        }
+    }
+}
+
+/// Packets and bytes by [`Direction`] (index `Direction as usize`), both ways of each flow.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct DirectionCounts {
+    pub packets: [u64; 4],
+    pub bytes: [u64; 4],
+}
+
+impl DirectionCounts {
+    pub fn merge(&mut self, o: &DirectionCounts) {
+        for i in 0..4 {
+            self.packets[i] += o.packets[i];
+            self.bytes[i] += o.bytes[i];
+        }
     }
 }
 
@@ -341,6 +428,19 @@ impl Flow {
     /// Addresses and ports seen from the client.
     pub fn ends(&self) -> crate::key::Ends<'_> {
         self.key.ends(self.client_dir())
+    }
+
+    /// The flow's direction (see [`Direction`]): from its ends' locality, set at creation,
+    /// and its client as known now.
+    #[inline]
+    pub fn direction(&self) -> Direction {
+        Direction::of(self.locality, self.client_is_a)
+    }
+
+    /// Local networks were set when the flow was created.
+    #[inline]
+    pub fn classified(&self) -> bool {
+        self.locality & locality::CLASSIFIED != 0
     }
 
     /// The client's and the server's MAC addresses.

@@ -43,6 +43,8 @@ pub struct Host {
     pub flows_as_server: u32,
     /// Flows in the flow table that point at this host; it is only purged at 0.
     pub active_flows: u32,
+    /// In `--local-networks` (`None`: no local networks are set).
+    pub local: Option<bool>,
 }
 
 pub struct HostTable {

@@ -59,6 +59,9 @@ pub struct SeriesTick {
     /// Start of the interval, Unix seconds (packet time).
     pub second: u64,
     pub interface: IntervalCounts,
+    /// The interface's traffic by flow direction (index `Direction as usize`), with local
+    /// networks only (all zero without).
+    pub directions: [IntervalCounts; 4],
     pub apps: Vec<(AppKey, IntervalCounts)>,
     pub hosts: Vec<(HostKey, IntervalCounts)>,
     pub exporters: Vec<(ExporterKey, IntervalCounts)>,
@@ -74,6 +77,7 @@ pub(crate) struct SeriesAcc {
     host: Vec<IntervalCounts>,
     dirty: Vec<u32>,
     interface: IntervalCounts,
+    directions: [IntervalCounts; 4],
     apps: HashMap<AppKey, IntervalCounts>,
     /// By the flow's exporter index (`Flow::exporter`, 0 = captured here, not kept).
     exporters: HashMap<u16, IntervalCounts>,
@@ -127,6 +131,9 @@ impl SeriesAcc {
             t.packets_in += pk[s];
         };
         add(&mut self.interface);
+        if f.classified() {
+            add(&mut self.directions[f.direction() as usize]);
+        }
         add(self.apps.entry(app_key(f)).or_default());
         if f.exporter != 0 {
             add(self.exporters.entry(f.exporter).or_default());
@@ -136,6 +143,9 @@ impl SeriesAcc {
     /// A new flow (its hosts are set).
     pub(crate) fn on_create(&mut self, f: &Flow, no_host: u32) {
         self.interface.flows += 1;
+        if f.classified() {
+            self.directions[f.direction() as usize].flows += 1;
+        }
         for &slot in &f.hosts {
             if slot != no_host {
                 self.host(slot).flows += 1;
@@ -169,6 +179,7 @@ impl SeriesAcc {
         let mut tick = SeriesTick {
             second,
             interface: std::mem::take(&mut self.interface),
+            directions: std::mem::take(&mut self.directions),
             ..SeriesTick::default()
         };
         tick.apps = self.apps.drain().filter(|(_, c)| !c.is_zero()).collect();

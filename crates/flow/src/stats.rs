@@ -64,6 +64,10 @@ pub struct ShardStats {
     /// Time this shard spent answering readers (the REST API's snapshots), in ns: what the
     /// API cost the packets.
     pub reader_ns: u64,
+    /// Packets and bytes of flows by direction (with local networks; both ways of a flow
+    /// under its direction), counted as flows pass their counts to their hosts: at each tick
+    /// and when a flow ends.
+    pub directions: crate::flow::DirectionCounts,
 }
 
 impl ShardStats {
@@ -106,6 +110,7 @@ impl ShardStats {
         self.collected_bytes += o.collected_bytes;
         self.collected_samples += o.collected_samples;
         self.reader_ns += o.reader_ns;
+        self.directions.merge(&o.directions);
     }
 
     pub fn flows_ended_total(&self) -> u64 {

@@ -172,6 +172,9 @@ pub struct ProbeConfig {
     /// Trigger capture: a pcap file per alert of the configured types (None: off, and no
     /// shard keeps a ring). Needs analytics, whose detections engage the captures.
     pub trigger: Option<sonde_trigger::TriggerConfig>,
+    /// `--local-networks`: flows are classified as in, out, internal or transit and hosts as
+    /// local or remote (empty: no network is local, nothing is classified).
+    pub local_networks: sonde_analytics::Networks,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -210,6 +213,7 @@ impl ProbeConfig {
             analytics: None,
             alerts: None,
             trigger: None,
+            local_networks: sonde_analytics::Networks::default(),
         }
     }
 }

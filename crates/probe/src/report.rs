@@ -67,6 +67,19 @@ fn cpu_and_rss() -> (f64, u64) {
     )
 }
 
+/// Packets and bytes by flow direction: `{"in": {"packets": P, "bytes": B}, "out": …}`.
+pub fn directions_json(d: &sonde_flow::DirectionCounts) -> Value {
+    let mut m = Map::new();
+    for dir in sonde_flow::Direction::ALL {
+        let i = dir as usize;
+        m.insert(
+            dir.name().into(),
+            json!({ "packets": d.packets[i], "bytes": d.bytes[i] }),
+        );
+    }
+    Value::Object(m)
+}
+
 /// The final summary written by `--stats-json`. Every packet read appears once in
 /// `ip_packets`, `non_ip`, `malformed.total` or `dropped.total`.
 pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
@@ -193,6 +206,11 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "cached": r.cached,
             "evicted": r.evicted,
         })),
+        // With --local-networks only: packets and bytes of the flows of each direction (both
+        // ways of a flow under its direction; they add up to ip_packets and ip_bytes).
+        "local_networks": (!s.local_networks.is_empty())
+            .then(|| s.local_networks.list().iter().map(|n| n.to_string()).collect::<Vec<_>>()),
+        "directions": (!s.local_networks.is_empty()).then(|| directions_json(&t.directions)),
         "filter_sets": s.filter_sets.as_ref().map(|(sets, counts)| filter_sets_json(sets, counts)),
         "analytics": s.analytics.as_ref().map(|a| serde_json::json!({
             "detections": a.detections,

@@ -93,6 +93,8 @@ pub struct Summary {
     pub trigger_files: Option<Vec<sonde_trigger::CaptureFile>>,
     /// Packet rings trigger capture allocated (one per shard reading packets; 0 when off).
     pub trigger_rings: u64,
+    /// The local networks (`--local-networks`; empty: none).
+    pub local_networks: Arc<sonde_analytics::Networks>,
     /// Filter-set totals, every shard added up, with the sets they belong to.
     pub filter_sets: Option<(
         Arc<sonde_analytics::FilterSets>,
@@ -137,6 +139,7 @@ pub struct Probe {
     /// The user scripts' thread and its stop flag.
     scripts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     trigger: Option<sonde_trigger::TriggerCapture>,
+    local_networks: Arc<sonde_analytics::Networks>,
 }
 
 impl Probe {
@@ -166,6 +169,7 @@ impl Probe {
             alerts: self.alerts.clone(),
             trigger: self.trigger.clone(),
             collector: self.collector_counters.clone(),
+            local_networks: self.local_networks.clone(),
         }
     }
 
@@ -326,6 +330,7 @@ impl Probe {
             analytics,
             alerts,
             trigger_rings: self.trigger.as_ref().map_or(0, |t| t.rings()),
+            local_networks: self.local_networks.clone(),
             trigger_files,
             filter_sets,
             series,
@@ -369,6 +374,7 @@ pub struct ProbeView {
     alerts: Option<Arc<crate::alerts::AlertHub>>,
     trigger: Option<sonde_trigger::TriggerCapture>,
     collector: Arc<CollectorCounters>,
+    local_networks: Arc<sonde_analytics::Networks>,
 }
 
 impl ProbeView {
@@ -409,6 +415,11 @@ impl ProbeView {
     /// Names clients resolved with DNS, by answered address (None with DPI off).
     pub fn dns_names(&self) -> Option<&DnsCache> {
         self.dns.as_deref()
+    }
+
+    /// The local networks (`--local-networks`; empty: none, and nothing is classified).
+    pub fn local_networks(&self) -> &sonde_analytics::Networks {
+        &self.local_networks
     }
 
     /// Latest published counters of each shard.
@@ -537,6 +548,7 @@ fn merge_hosts(parts: Vec<Vec<Host>>) -> Vec<Host> {
                 m.active_flows += h.active_flows;
                 m.first_ns = m.first_ns.min(h.first_ns);
                 m.last_ns = m.last_ns.max(h.last_ns);
+                m.local = m.local.or(h.local);
                 if !m.has_mac && h.has_mac {
                     m.mac = h.mac;
                     m.has_mac = true;
@@ -808,6 +820,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 let mut e = Engine::new(per_shard);
                 let dpi = cfg.dpi.clone().map(Dpi::new).transpose();
                 e.set_dpi(dpi.map_err(|e| ProbeError::Config(format!("--dpi: {e}")))?);
+                e.set_local_networks(cfg.local_networks.clone());
                 e.set_analytics(
                     analytics_config
                         .clone()
@@ -1100,6 +1113,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         }
     }
     let mut probe = Probe {
+        local_networks: Arc::new(cfg.local_networks.clone()),
         sink_live,
         shared,
         stop,

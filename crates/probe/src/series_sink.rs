@@ -51,6 +51,7 @@ pub struct SeriesReport {
 #[derive(Default)]
 struct Second {
     interface: IntervalCounts,
+    directions: [IntervalCounts; 4],
     apps: HashMap<(u16, u16), IntervalCounts>,
     hosts: HashMap<sonde_flow::host::HostKey, IntervalCounts>,
     exporters: HashMap<sonde_flow::ExporterKey, IntervalCounts>,
@@ -118,6 +119,12 @@ pub(crate) fn start(
     Ok((tx, h))
 }
 
+/// The interface series of a flow direction: `dir:in`, `dir:out`, `dir:internal`,
+/// `dir:transit` (out = client → server, as for `total`).
+pub fn direction_key(d: sonde_flow::Direction) -> String {
+    format!("dir:{}", d.name())
+}
+
 fn run(
     mut w: SeriesWriter,
     rx: Receiver<SeriesMsg>,
@@ -146,6 +153,9 @@ fn run(
                     }
                     let s = pending.entry(t.second).or_default();
                     s.interface.add(&t.interface);
+                    for (a, b) in s.directions.iter_mut().zip(t.directions.iter()) {
+                        a.add(b);
+                    }
                     for (k, c) in &t.apps {
                         s.apps.entry(*k).or_default().add(c);
                     }
@@ -189,6 +199,13 @@ fn run(
             let s = pending.remove(&second).expect("present");
             if w.begin(second) {
                 w.set(Family::Interface, INTERFACE_TOTAL, metrics(&s.interface));
+                // With --local-networks: the interface's traffic by flow direction.
+                for d in sonde_flow::Direction::ALL {
+                    let c = &s.directions[d as usize];
+                    if !c.is_zero() {
+                        w.set(Family::Interface, &direction_key(d), metrics(c));
+                    }
+                }
                 for (k, c) in &s.apps {
                     w.set(Family::Apps, &app_key(*k), metrics(c));
                 }

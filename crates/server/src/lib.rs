@@ -27,7 +27,8 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{any, delete, get, post};
 use axum::{Json, Router};
 use serde_json::{json, Value};
-use snapshot::{AddrText, Net};
+use snapshot::AddrText;
+use sonde_analytics::Network;
 use sonde_dpi::dnscache::flow_addr_u128;
 use sonde_dpi::meta::Value as MetaValue;
 use sonde_dpi::Meta;
@@ -402,6 +403,11 @@ async fn interface(State(s): Shared) -> Json<Value> {
                 (
                     t.packets.saturating_sub(prev.packets) as f64 / dt,
                     t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
+                    sonde_flow::Direction::ALL.map(|d| {
+                        let i = d as usize;
+                        t.directions.bytes[i].saturating_sub(prev.directions.bytes[i]) as f64 * 8.0
+                            / dt
+                    }),
                 )
             })
         });
@@ -409,6 +415,7 @@ async fn interface(State(s): Shared) -> Json<Value> {
         r
     };
     let drops = s.view.capture_drops();
+    let local = s.view.local_networks();
     Json(json!({
         "source": s.info.source,
         "packets": t.packets,
@@ -426,6 +433,21 @@ async fn interface(State(s): Shared) -> Json<Value> {
         // Since the previous request (null on the first).
         "packets_per_s": rates.map(|r| r.0),
         "bits_per_s": rates.map(|r| r.1),
+        // With --local-networks (else an empty list and nulls): the networks, and the IP
+        // bytes and packets of flows by direction, with their rate since the previous request.
+        "local_networks": local.list().iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        "directions": (!local.is_empty()).then(|| {
+            let mut m = serde_json::Map::new();
+            for d in sonde_flow::Direction::ALL {
+                let i = d as usize;
+                m.insert(d.name().into(), json!({
+                    "packets": t.directions.packets[i],
+                    "bytes": t.directions.bytes[i],
+                    "bits_per_s": rates.map(|r| r.2[i]),
+                }));
+            }
+            Value::Object(m)
+        }),
     }))
 }
 
@@ -502,6 +524,8 @@ fn host_json(h: &Host) -> Value {
         "flows_as_client": h.flows_as_client,
         "flows_as_server": h.flows_as_server,
         "active_flows": h.active_flows,
+        // In --local-networks (false when none are set).
+        "local": h.local == Some(true),
         "first_seen": h.first_ns / 1_000_000_000,
         "last_seen": h.last_ns / 1_000_000_000,
     })
@@ -537,10 +561,11 @@ async fn hosts(
         .map(|t| AddrText::new(t));
     let net = q
         .get("net")
-        .map(|n| Net::parse(n))
+        .map(|n| Network::parse_prefix(n))
         .transpose()
         .map_err(bad)?;
     let app = app_param(&q)?;
+    let local = local_param(&q)?;
     let name = q
         .get("name")
         .filter(|t| !t.is_empty())
@@ -581,7 +606,8 @@ async fn hosts(
         &[&snap.hosts],
         |h| {
             let (a, v) = (&h.key.addr, h.key.ip_version);
-            net.as_ref().is_none_or(|n| n.contains(a, v))
+            net.as_ref().is_none_or(|n| n.contains_addr(a, v))
+                && local.is_none_or(|l| (h.local == Some(true)) == l)
                 && text.as_ref().is_none_or(|t| t.matches(a, v))
                 && app_hosts.as_ref().is_none_or(|s| s.contains(&h.key))
                 && named
@@ -627,6 +653,8 @@ fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
         "server_port": sp,
         "protocol": f.key.proto,
         "vlan": f.key.vlan,
+        // in, out, internal or transit (every flow when no network is local).
+        "direction": f.direction().name(),
         "application": if f.dpi_done { Value::from(f.l7.name()) } else { Value::Null },
         "client_bytes": f.bytes[c],
         "client_packets": f.pkts[c],
@@ -714,10 +742,11 @@ async fn flows(
     // A host is an address (either end) or a prefix.
     let host = q
         .get("host")
-        .map(|h| Net::parse(h))
+        .map(|h| Network::parse_prefix(h))
         .transpose()
         .map_err(bad)?;
     let app = app_param(&q)?;
+    let direction = direction_param(&q)?;
     let snap = s.cache.get().await.map_err(internal)?;
     let request = format!("flows?{}", uri.query().unwrap_or(""));
     if let Some(answer) = s.memo.get(&snap, &request) {
@@ -731,8 +760,10 @@ async fn flows(
                 && proto.is_none_or(|p| u64::from(k.proto) == p)
                 && vlan.is_none_or(|v| u64::from(k.vlan) == v)
                 && app.is_none_or(|a| is_app(f, a))
+                && direction.is_none_or(|d| f.direction() == d)
                 && host.as_ref().is_none_or(|h| {
-                    h.contains(&k.addr_a, k.ip_version) || h.contains(&k.addr_b, k.ip_version)
+                    h.contains_addr(&k.addr_a, k.ip_version)
+                        || h.contains_addr(&k.addr_b, k.ip_version)
                 })
         },
         key,
@@ -744,6 +775,26 @@ async fn flows(
     let answer = json!({ "total": total, "offset": offset, "limit": limit, "flows": page });
     s.memo.put(&snap, request, answer.clone());
     Ok(Json(answer).into_response())
+}
+
+/// `local=true|false|all`: hosts in the local networks, the others, or every host.
+fn local_param(q: &HashMap<String, String>) -> Result<Option<bool>, ApiError> {
+    match q.get("local").map(String::as_str) {
+        None | Some("") | Some("all") => Ok(None),
+        Some("true") => Ok(Some(true)),
+        Some("false") => Ok(Some(false)),
+        Some(o) => Err(bad(format!("local={o:?}: use true, false or all"))),
+    }
+}
+
+/// `direction=in|out|internal|transit`: flows of that direction.
+fn direction_param(q: &HashMap<String, String>) -> Result<Option<sonde_flow::Direction>, ApiError> {
+    match q.get("direction").map(String::as_str) {
+        None | Some("") => Ok(None),
+        Some(d) => sonde_flow::Direction::from_name(d)
+            .map(Some)
+            .ok_or_else(|| bad(format!("direction={d:?}: use in, out, internal or transit"))),
+    }
 }
 
 /// `app=TLS` or `app=91`: an application id, as a protocol or a service on top.
@@ -832,14 +883,14 @@ async fn host(
     axum::extract::Path(ip): axum::extract::Path<String>,
 ) -> Result<Response, ApiError> {
     let me = match ip.parse::<std::net::IpAddr>() {
-        Ok(_) => Net::parse(&ip).map_err(bad)?,
+        Ok(_) => Network::parse_prefix(&ip).map_err(bad)?,
         Err(_) => return Err(bad(format!("{ip:?} is not an IP address"))),
     };
     let snap = s.cache.get().await.map_err(internal)?;
     let mine_hosts: Vec<&Host> = snap
         .hosts
         .iter()
-        .filter(|h| me.contains(&h.key.addr, h.key.ip_version))
+        .filter(|h| me.contains_addr(&h.key.addr, h.key.ip_version))
         .collect();
     let mut mine: Vec<Value> = mine_hosts.iter().map(|h| host_json(h)).collect();
     add_names(&s.view, &mine_hosts, &mut mine);
@@ -853,9 +904,9 @@ async fn host(
     let (mut peers, mut apps, mut ports) = (HashMap::new(), HashMap::new(), HashMap::new());
     for f in snap.flows() {
         let k = &f.key;
-        let peer = if me.contains(&k.addr_a, k.ip_version) {
+        let peer = if me.contains_addr(&k.addr_a, k.ip_version) {
             &k.addr_b
-        } else if me.contains(&k.addr_b, k.ip_version) {
+        } else if me.contains_addr(&k.addr_b, k.ip_version) {
             &k.addr_a
         } else {
             continue;
@@ -907,7 +958,15 @@ async fn top(
             ),
         ));
     }
+    // Split by --local-networks: hosts local or remote (talkers, destinations), flows of a
+    // direction (the others).
+    let local = local_param(&q)?;
+    let direction = direction_param(&q)?;
     let snap = s.cache.get().await.map_err(internal)?;
+    let flows = || {
+        snap.flows()
+            .filter(move |f| direction.is_none_or(|d| f.direction() == d))
+    };
     // Tallied by numeric keys; only the rows shown are turned into text.
     let rows = match what.as_str() {
         "talkers" | "destinations" => {
@@ -915,7 +974,11 @@ async fn top(
             // hashbrown's default hasher: std's SipHash takes a second over a million hosts.
             let mut t: hashbrown::HashMap<([u8; 16], u8), (u64, u64)> =
                 hashbrown::HashMap::with_capacity(snap.hosts.len());
-            for h in &snap.hosts {
+            for h in snap
+                .hosts
+                .iter()
+                .filter(|h| local.is_none_or(|l| (h.local == Some(true)) == l))
+            {
                 let e = t.entry((h.key.addr, h.key.ip_version)).or_default();
                 e.0 += if sent { h.sent_bytes } else { h.rcvd_bytes };
                 e.1 += u64::from(if sent {
@@ -928,14 +991,14 @@ async fn top(
         }
         "applications" => {
             let mut t = HashMap::new();
-            for f in snap.flows() {
+            for f in flows() {
                 tally(&mut t, (f.dpi_done, f.l7.proto.0, f.l7.app.0), f);
             }
             ranked(top_n(t, n, app_label), "application", n)
         }
         "ports" => {
             let mut t = HashMap::new();
-            for f in snap.flows() {
+            for f in flows() {
                 let sp = f.ends().server_port;
                 tally(&mut t, (sp, f.key.proto), f);
             }
@@ -943,7 +1006,7 @@ async fn top(
         }
         _ => {
             let mut t = HashMap::new();
-            for f in snap.flows() {
+            for f in flows() {
                 tally(&mut t, f.key.proto, f);
             }
             ranked(top_n(t, n, u8::to_string), "protocol", n)
@@ -995,6 +1058,17 @@ async fn events(
                 "dropped": t.dropped.iter().sum::<u64>(),
                 "packets_per_s": t.packets.saturating_sub(prev.packets) as f64 / dt,
                 "bits_per_s": t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
+                // With --local-networks: the IP bit rate of each flow direction (the counts
+                // move as flows pass them on, once a second of traffic).
+                "direction_bits_per_s": (!view.local_networks().is_empty()).then(|| {
+                    let mut m = serde_json::Map::new();
+                    for d in sonde_flow::Direction::ALL {
+                        let i = d as usize;
+                        let b = t.directions.bytes[i].saturating_sub(prev.directions.bytes[i]);
+                        m.insert(d.name().into(), json!(b as f64 * 8.0 / dt));
+                    }
+                    Value::Object(m)
+                }),
             });
             let event = Event::default().event("interface").data(data.to_string());
             Some((Ok(event), (now, t, time)))
@@ -1084,6 +1158,33 @@ async fn metrics(State(s): Shared) -> Response {
             out,
             "sonde_shard_reader_seconds_total{{shard=\"{i}\"}} {secs}"
         );
+    }
+    if !s.view.local_networks().is_empty() {
+        // Every shard summed: both ways of each flow under its direction.
+        let mut t = sonde_flow::DirectionCounts::default();
+        for st in &shards {
+            t.merge(&st.directions);
+        }
+        for (name, what, v) in [
+            ("packets", "Packets", &t.packets),
+            ("bytes", "IP bytes", &t.bytes),
+        ] {
+            let _ = writeln!(
+                out,
+                "# HELP sonde_direction_{name}_total {what} of flows by direction (--local-networks; \
+                 in: remote client to local server, out: local to remote, internal, transit; \
+                 both ways of a flow under its direction).\n\
+                 # TYPE sonde_direction_{name}_total counter"
+            );
+            for d in sonde_flow::Direction::ALL {
+                let _ = writeln!(
+                    out,
+                    "sonde_direction_{name}_total{{direction=\"{}\"}} {}",
+                    d.name(),
+                    v[d as usize]
+                );
+            }
+        }
     }
     let d = s.view.capture_drops();
     let _ = writeln!(

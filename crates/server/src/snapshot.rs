@@ -156,67 +156,6 @@ mod tests {
     }
 }
 
-/// An address or prefix (`10.0.0.1`, `10.0.0.0/8`, `2001:db8::/32`) to match addresses as the
-/// engine keeps them (IPv4 in the first 4 of 16 bytes).
-#[derive(Clone, Debug)]
-pub struct Net {
-    addr: [u8; 16],
-    version: u8,
-    bits: u32,
-}
-
-impl Net {
-    pub fn parse(text: &str) -> Result<Net, String> {
-        let (ip, bits) = match text.split_once('/') {
-            Some((ip, b)) => (ip, Some(b)),
-            None => (text, None),
-        };
-        let bad = || {
-            format!("{text:?}: expected an address or a prefix such as 10.0.0.0/8 or 2001:db8::/32")
-        };
-        let ip: std::net::IpAddr = ip.parse().map_err(|_| bad())?;
-        let mut addr = [0u8; 16];
-        let (version, max) = match ip {
-            std::net::IpAddr::V4(v4) => {
-                addr[..4].copy_from_slice(&v4.octets());
-                (4u8, 32u32)
-            }
-            std::net::IpAddr::V6(v6) => {
-                addr = v6.octets();
-                (6u8, 128u32)
-            }
-        };
-        let bits = match bits {
-            None => max,
-            Some(b) => b
-                .parse::<u32>()
-                .ok()
-                .filter(|b| *b <= max)
-                .ok_or_else(bad)?,
-        };
-        Ok(Net {
-            addr,
-            version,
-            bits,
-        })
-    }
-
-    pub fn contains(&self, addr: &[u8; 16], version: u8) -> bool {
-        if version != self.version {
-            return false;
-        }
-        let full = (self.bits / 8) as usize;
-        if addr[..full] != self.addr[..full] {
-            return false;
-        }
-        let rest = self.bits % 8;
-        rest == 0 || {
-            let mask = 0xffu8 << (8 - rest);
-            addr[full] & mask == self.addr[full] & mask
-        }
-    }
-}
-
 /// A search in the text form of addresses (`10.1.` finds 10.1.x.x and 110.1.x.x, as a
 /// substring does). IPv4 addresses are written into a stack buffer: no allocation per host.
 pub struct AddrText {
@@ -264,7 +203,8 @@ impl AddrText {
 
 #[cfg(test)]
 mod filter_tests {
-    use super::{AddrText, Net};
+    use super::AddrText;
+    use sonde_analytics::Network as Net;
 
     fn v4(a: [u8; 4]) -> [u8; 16] {
         let mut x = [0u8; 16];
@@ -274,17 +214,20 @@ mod filter_tests {
 
     #[test]
     fn prefixes_match_by_bits() {
-        let n = Net::parse("10.1.0.0/15").unwrap();
-        assert!(n.contains(&v4([10, 1, 2, 3]), 4));
-        assert!(n.contains(&v4([10, 0, 2, 3]), 4));
-        assert!(!n.contains(&v4([10, 2, 0, 0]), 4));
-        assert!(!n.contains(&v4([10, 1, 2, 3]), 6));
-        let one = Net::parse("192.168.1.7").unwrap();
-        assert!(one.contains(&v4([192, 168, 1, 7]), 4) && !one.contains(&v4([192, 168, 1, 8]), 4));
-        let six = Net::parse("2001:db8::/32").unwrap();
+        let n = Net::parse_prefix("10.1.0.0/15").unwrap();
+        assert!(n.contains_addr(&v4([10, 1, 2, 3]), 4));
+        assert!(n.contains_addr(&v4([10, 0, 2, 3]), 4));
+        assert!(!n.contains_addr(&v4([10, 2, 0, 0]), 4));
+        assert!(!n.contains_addr(&v4([10, 1, 2, 3]), 6));
+        let one = Net::parse_prefix("192.168.1.7").unwrap();
+        assert!(
+            one.contains_addr(&v4([192, 168, 1, 7]), 4)
+                && !one.contains_addr(&v4([192, 168, 1, 8]), 4)
+        );
+        let six = Net::parse_prefix("2001:db8::/32").unwrap();
         let a: std::net::Ipv6Addr = "2001:db8:1::5".parse().unwrap();
-        assert!(six.contains(&a.octets(), 6));
-        assert!(Net::parse("10.0.0.0/33").is_err() && Net::parse("host").is_err());
+        assert!(six.contains_addr(&a.octets(), 6));
+        assert!(Net::parse_prefix("10.0.0.0/33").is_err() && Net::parse_prefix("host").is_err());
     }
 
     #[test]

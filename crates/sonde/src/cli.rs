@@ -142,6 +142,13 @@ pub struct Cli {
     /// Host table capacity (all shards together); accepts k/M suffixes.
     #[arg(long, default_value = "2M", value_parser = parse_count, value_name = "N")]
     pub max_hosts: usize,
+    /// Local networks: a comma list of prefixes, e.g. 10.0.0.0/8,192.168.0.0/16,2001:db8::/32
+    /// (may be given several times). Hosts in them are local, the others remote; each flow is
+    /// in (remote client → local server), out (local → remote), internal (local ↔ local) or
+    /// transit (remote ↔ remote), counted per direction in the stats, /metrics, the time
+    /// series and the flow records. Default: no network is local (nothing is classified).
+    #[arg(long, value_parser = parse_local_networks, value_name = "NETS")]
+    pub local_networks: Vec<sonde_analytics::Networks>,
     /// When the flow table is full: evict the longest-idle flows, or drop new ones.
     #[arg(long, value_enum, default_value_t = TableFullArg::Evict)]
     pub table_full: TableFullArg,
@@ -264,6 +271,15 @@ pub enum FormatArg {
 pub enum TableFullArg {
     Evict,
     Drop,
+}
+
+/// `--local-networks 10.0.0.0/8,2001:db8::/32`: a bad prefix is named, with an example.
+pub fn parse_local_networks(s: &str) -> Result<sonde_analytics::Networks, String> {
+    let n = sonde_analytics::Networks::parse(s)?;
+    if n.is_empty() {
+        return Err("no network given: a comma list such as 10.0.0.0/8,192.168.0.0/16".into());
+    }
+    Ok(n)
 }
 
 pub fn parse_count(s: &str) -> Result<usize, String> {

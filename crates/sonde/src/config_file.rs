@@ -118,6 +118,20 @@ pub struct FlowsSection {
     #[serde(default, deserialize_with = "count")]
     pub max_hosts: Option<usize>,
     pub table_full: Option<TableFullArg>,
+    /// `["10.0.0.0/8", "2001:db8::/32"]` (each item may be a comma list, as the flag takes).
+    #[serde(default, deserialize_with = "local_networks")]
+    pub local_networks: Option<Vec<sonde_analytics::Networks>>,
+}
+
+fn local_networks<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<Vec<sonde_analytics::Networks>>, D::Error> {
+    let v = Vec::<String>::deserialize(d)?;
+    v.iter()
+        .map(|s| crate::cli::parse_local_networks(s))
+        .collect::<Result<Vec<_>, _>>()
+        .map(Some)
+        .map_err(custom)
 }
 
 #[derive(Debug, Default, Deserialize)]
@@ -510,6 +524,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(max_flows, f.max_flows);
     set!(max_hosts, f.max_hosts);
     set!(table_full, f.table_full);
+    add!(local_networks, f.local_networks);
 
     set!(dpi, file.dpi.mode);
     add!(

@@ -334,6 +334,12 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         FormatArg::Json => Format::Json,
         FormatArg::Csv => Format::Csv,
     };
+    cfg.local_networks = cli
+        .local_networks
+        .iter()
+        .flat_map(|n| n.list().iter().copied())
+        .collect::<Vec<_>>()
+        .into();
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(cli)?;

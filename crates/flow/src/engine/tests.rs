@@ -1,4 +1,5 @@
 use super::*;
+use crate::flow::Direction;
 use crate::series::IntervalCounts;
 
 /// An Ethernet/IPv4/UDP frame from 10.0.x.y to 10.1.x.y.
@@ -586,4 +587,120 @@ fn readers_get_tick_rows_above_the_exact_limit() {
     e.discard_tick_rows();
     e.snapshot_flows_into(&mut buf);
     assert_eq!(pkts(&buf), 2 * n + 2);
+}
+
+#[test]
+fn direction_follows_the_client_and_the_ends_locality() {
+    use crate::flow::locality::{A, B, CLASSIFIED};
+    let c = CLASSIFIED;
+    // Client is end a.
+    assert_eq!(Direction::of(c, true), Direction::Transit);
+    assert_eq!(Direction::of(c | B, true), Direction::In);
+    assert_eq!(Direction::of(c | A, true), Direction::Out);
+    assert_eq!(Direction::of(c | A | B, true), Direction::Internal);
+    // Client is end b: in and out swap.
+    assert_eq!(Direction::of(c | B, false), Direction::Out);
+    assert_eq!(Direction::of(c | A, false), Direction::In);
+    assert_eq!(Direction::of(c | A | B, false), Direction::Internal);
+    for d in Direction::ALL {
+        assert_eq!(Direction::from_name(d.name()), Some(d));
+    }
+    assert_eq!(Direction::from_name("inbound"), None);
+}
+
+#[test]
+fn flows_are_classified_once_and_counted_by_direction() {
+    use crate::flow::Direction;
+    let cfg = EngineConfig {
+        series: true,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg);
+    e.set_local_networks(sonde_analytics::Networks::parse("10.1.0.2/32,10.0.0.5").unwrap());
+    // (src, dst, packets): frames go 10.0.x.y -> 10.1.x.y, the sender of the first is the client.
+    let flows = [
+        (1u16, 2u16, 1u64, Direction::In),
+        (5, 3, 2, Direction::Out),
+        (5, 2, 3, Direction::Internal),
+        (1, 3, 4, Direction::Transit),
+    ];
+    let mut frames = Vec::new();
+    for (i, &(src, dst, n, _)) in flows.iter().enumerate() {
+        for k in 0..n {
+            frames.push(((i as u64 * 10 + k) * S / 100, frame(src, dst, 4000, 53, 10)));
+        }
+    }
+    run(&mut e, &frames);
+    // Nothing counted before the flows pass their counts on (a tick or their end).
+    assert_eq!(e.stats().directions, DirectionCounts::default());
+    e.flush_all(EndReason::EndOfCapture);
+    e.close_series();
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 4);
+    let st = e.stats();
+    for &(src, dst, n, want) in &flows {
+        let r = out
+            .iter()
+            .find(|r| {
+                r.flow.key.addr_a[..4] == [10, 0, 0, src as u8]
+                    && r.flow.key.addr_b[..4] == [10, 1, 0, dst as u8]
+            })
+            .unwrap();
+        assert!(r.flow.classified());
+        assert_eq!(r.flow.direction(), want, "{src} -> {dst}");
+        assert_eq!(st.directions.packets[want as usize], n);
+        assert_eq!(st.directions.bytes[want as usize], n * 38);
+    }
+    let sum: u64 = st.directions.bytes.iter().sum();
+    assert_eq!(sum, st.ip_bytes);
+    let local: Vec<(u8, u8, Option<bool>)> = {
+        let mut v: Vec<_> = e
+            .hosts()
+            .iter()
+            .map(|h| (h.key.addr[1], h.key.addr[3], h.local))
+            .collect();
+        v.sort();
+        v
+    };
+    assert_eq!(
+        local,
+        vec![
+            (0, 1, Some(false)),
+            (0, 5, Some(true)),
+            (1, 2, Some(true)),
+            (1, 3, Some(false)),
+        ]
+    );
+    // The series' rows by direction add up to the same counts.
+    let mut by_dir = [IntervalCounts::default(); 4];
+    for t in e.take_series() {
+        for (a, b) in by_dir.iter_mut().zip(t.directions.iter()) {
+            a.add(b);
+        }
+    }
+    for &(_, _, n, d) in &flows {
+        let c = by_dir[d as usize];
+        assert_eq!(
+            (
+                c.packets_out + c.packets_in,
+                c.bytes_out + c.bytes_in,
+                c.flows
+            ),
+            (n, n * 38, 1)
+        );
+    }
+}
+
+#[test]
+fn without_local_networks_nothing_is_classified() {
+    let mut e = Engine::new(EngineConfig::default());
+    run(&mut e, &[(0, frame(1, 2, 4000, 53, 10))]);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert!(!out[0].flow.classified());
+    assert_eq!(out[0].flow.direction(), Direction::Transit);
+    assert_eq!(e.stats().directions, DirectionCounts::default());
+    assert!(e.hosts().iter().all(|h| h.local.is_none()));
 }
