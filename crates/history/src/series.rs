@@ -2095,59 +2095,9 @@ struct Segment {
     until: u64,
 }
 
-/// A family's keys as read so far from its keys and owners files.
-#[derive(Default)]
-struct KeyIndex {
-    /// Every key, once, in the order first seen.
-    keys: Vec<String>,
-    segments: HashMap<String, Vec<Segment>>,
-    /// The owner of each column now.
-    owner: Vec<String>,
-    parsed: u64,
-    owners_parsed: u64,
-}
-
-impl KeyIndex {
-    fn add_segment(&mut self, key: String, seg: Segment) {
-        match self.segments.get_mut(&key) {
-            Some(v) => v.push(seg),
-            None => {
-                self.keys.push(key.clone());
-                self.segments.insert(key.clone(), vec![seg]);
-            }
-        }
-        if seg.col as usize == self.owner.len() {
-            self.owner.push(key);
-        } else {
-            self.owner[seg.col as usize] = key;
-        }
-    }
-
-    /// Column `col` goes to `key` at second `since`.
-    fn reassign(&mut self, col: u32, since: u64, key: String) {
-        let old = &self.owner[col as usize];
-        if let Some(seg) = self.segments.get_mut(old).and_then(|v| {
-            v.iter_mut()
-                .rev()
-                .find(|s| s.col == col && s.until == u64::MAX)
-        }) {
-            seg.until = since.max(seg.from);
-        }
-        self.add_segment(
-            key,
-            Segment {
-                col,
-                from: since,
-                until: u64::MAX,
-            },
-        );
-    }
-}
-
 /// Reads the time series of a data directory, of a running or a stopped writer.
 pub struct SeriesReader {
     series_dir: PathBuf,
-    indexes: Vec<KeyIndex>,
 }
 
 /// What the last CHECKPOINT says: rows of intervals ending at or before `committed` are
@@ -2158,20 +2108,25 @@ struct View {
     horizon: u64,
 }
 
+/// A line of a family's keys file (column `col`'s first owner) or owners file.
+enum ScanLine {
+    Key { col: u32, key: String },
+    Owner { col: u32, since: u64, key: String },
+}
+
 /// The four rings of one block, as far as they exist.
 struct RingSet {
     rings: [Option<Ring>; 4],
 }
 
 impl SeriesReader {
-    /// Opens the time series of `data_dir` and checks every file there.
+    /// Opens the time series of `data_dir` and checks its ring files. The keys and owners
+    /// files are read (and checked) when a series is looked up: one pass over them, in little
+    /// memory, so opening a reader per request costs no index of every key ever seen.
     pub fn open(data_dir: &Path) -> Result<SeriesReader, StoreError> {
         prepare_data_dir(data_dir, false)?;
         let series_dir = data_dir.join("series");
-        let mut r = SeriesReader {
-            series_dir,
-            indexes: Family::ALL.iter().map(|_| KeyIndex::default()).collect(),
-        };
+        let r = SeriesReader { series_dir };
         if !r.series_dir.exists() {
             return Ok(r);
         }
@@ -2185,7 +2140,6 @@ impl SeriesReader {
             for (res, block, path) in list_family_dir(&dir)?.rings {
                 Ring::open(&path, family, res, block, false)?;
             }
-            r.refresh_keys(family)?;
         }
         Ok(r)
     }
@@ -2203,117 +2157,120 @@ impl SeriesReader {
         })
     }
 
-    /// The keys of a family, in column order.
+    /// The keys of a family, each once, in the order they first got a column.
     pub fn keys(&mut self, family: Family) -> Result<Vec<String>, StoreError> {
-        self.refresh_keys(family)?;
-        Ok(self.indexes[family.index()].keys.clone())
+        let mut seen = std::collections::HashSet::new();
+        let mut keys = Vec::new();
+        self.scan(family, |line| {
+            let key = match line {
+                ScanLine::Key { key, .. } => key,
+                ScanLine::Owner { key, .. } => key,
+            };
+            if seen.insert(key.clone()) {
+                keys.push(key);
+            }
+        })?;
+        Ok(keys)
     }
 
-    /// Reads the keys the writer appended since the last look.
-    fn refresh_keys(&mut self, family: Family) -> Result<(), StoreError> {
-        let dir = self.series_dir.join(family.name());
-        let path = dir.join(KEYS_NAME);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        let len = file.metadata().map_err(io_err(&path))?.len();
-        let index = &mut self.indexes[family.index()];
-        if len < index.parsed {
-            // Cut by a writer after a crash: read it again.
-            *index = KeyIndex::default();
-        }
-        if len == index.parsed {
-            return self.refresh_owners(family);
-        }
-        let mut data = vec![0u8; (len - index.parsed) as usize];
-        let got = file
-            .read_at(&mut data, index.parsed)
-            .map_err(io_err(&path))?;
-        data.truncate(got);
-        let durable = Checkpoint::read(&self.series_dir.join(CHECKPOINT_NAME))?
-            .map_or(0, |c| c.key_counts[family.index()]) as usize;
-        let base = index.parsed;
-        for (offset, key) in key_lines(&data, base) {
-            match key {
-                Ok(k) => {
-                    index.parsed = offset + escaped_len(&data[(offset - base) as usize..]);
-                    let col = index.owner.len() as u32;
-                    index.add_segment(
-                        k,
-                        Segment {
-                            col,
-                            from: 0,
-                            until: u64::MAX,
-                        },
-                    );
+    /// Where series `key` was: one segment per column it held.
+    fn segments(&mut self, family: Family, key: &str) -> Result<Vec<Segment>, StoreError> {
+        let mut segments: Vec<Segment> = Vec::new();
+        self.scan(family, |line| match line {
+            ScanLine::Key { col, key: k } if k == key => segments.push(Segment {
+                col,
+                from: 0,
+                until: u64::MAX,
+            }),
+            ScanLine::Key { .. } => {}
+            ScanLine::Owner { col, since, key: k } => {
+                // The column changes hands: a segment of ours there ends.
+                for seg in segments.iter_mut() {
+                    if seg.col == col && seg.until == u64::MAX {
+                        seg.until = since.max(seg.from);
+                    }
                 }
+                if k == key {
+                    segments.push(Segment {
+                        col,
+                        from: since,
+                        until: u64::MAX,
+                    });
+                }
+            }
+        })?;
+        Ok(segments)
+    }
+
+    /// Reads the keys file, then the owners file, of a family line by line, and hands each
+    /// line to `visit`. A damaged line is an error that names the file, but for what a crash
+    /// may leave after the last checkpoint (the writer cuts it) and a line that is not whole
+    /// yet (being written); an owners line for a column past the keys read is one the writer
+    /// is adding right now, and ends the scan.
+    fn scan(&self, family: Family, mut visit: impl FnMut(ScanLine)) -> Result<(), StoreError> {
+        use std::io::BufRead;
+        let dir = self.series_dir.join(family.name());
+        let durable = Checkpoint::read(&self.series_dir.join(CHECKPOINT_NAME))?
+            .map_or(0, |c| c.key_counts[family.index()]);
+        let open = |name: &str| -> Result<Option<io::BufReader<File>>, StoreError> {
+            let path = dir.join(name);
+            match File::open(&path) {
+                Ok(f) => Ok(Some(io::BufReader::with_capacity(1 << 16, f))),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(io_err(&path)(e)),
+            }
+        };
+        let Some(mut keys) = open(KEYS_NAME)? else {
+            return Ok(());
+        };
+        let keys_path = dir.join(KEYS_NAME);
+        let mut line = Vec::new();
+        let (mut cols, mut offset) = (0u32, 0u64);
+        loop {
+            line.clear();
+            let got = keys
+                .read_until(b'\n', &mut line)
+                .map_err(io_err(&keys_path))?;
+            if got == 0 || line.last() != Some(&b'\n') {
+                if cols < durable {
+                    return Err(keys_damaged(
+                        &dir,
+                        offset,
+                        &format!("it lists {cols} series, the last checkpoint recorded {durable}"),
+                    ));
+                }
+                break;
+            }
+            match unescape_key(&line[..got - 1]) {
+                Ok(key) => visit(ScanLine::Key { col: cols, key }),
                 // After the checkpointed keys: what a crash left, which the writer will cut.
-                Err(_) if index.owner.len() >= durable => break,
+                Err(_) if cols >= durable => break,
                 Err(why) => return Err(keys_damaged(&dir, offset, &why)),
             }
+            cols += 1;
+            offset += got as u64;
         }
-        if index.owner.len() < durable && index.parsed == len {
-            return Err(keys_damaged(
-                &dir,
-                len,
-                &format!(
-                    "it lists {} series, the last checkpoint recorded {durable}",
-                    index.owner.len()
-                ),
-            ));
-        }
-        self.refresh_owners(family)
-    }
-
-    /// Reads the reassignments of reused columns the writer appended since the last look.
-    fn refresh_owners(&mut self, family: Family) -> Result<(), StoreError> {
-        let dir = self.series_dir.join(family.name());
-        let path = dir.join(OWNERS_NAME);
-        let file = match File::open(&path) {
-            Ok(f) => f,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(io_err(&path)(e)),
-        };
-        let len = file.metadata().map_err(io_err(&path))?.len();
-        let index = &mut self.indexes[family.index()];
-        if len < index.owners_parsed {
-            // Cut by a writer after a crash: read both files again.
-            *index = KeyIndex::default();
-            return self.refresh_keys(family);
-        }
-        if len == index.owners_parsed {
+        let Some(mut owners) = open(OWNERS_NAME)? else {
             return Ok(());
-        }
-        let mut data = vec![0u8; (len - index.owners_parsed) as usize];
-        let got = file
-            .read_at(&mut data, index.owners_parsed)
-            .map_err(io_err(&path))?;
-        data.truncate(got);
-        for (offset, line_len, line) in owner_lines(&data, index.owners_parsed) {
-            match line {
-                Ok((col, since, key)) if (col as usize) < index.owner.len() => {
-                    index.reassign(col, since, key);
-                    index.owners_parsed = offset + line_len;
-                }
-                // A column this reader has not read the key of yet: the next look.
+        };
+        let owners_path = dir.join(OWNERS_NAME);
+        offset = 0;
+        loop {
+            line.clear();
+            let got = owners
+                .read_until(b'\n', &mut line)
+                .map_err(io_err(&owners_path))?;
+            if got == 0 || line.last() != Some(&b'\n') {
+                break;
+            }
+            match parse_owner_line(&line[..got - 1]) {
+                Ok((col, since, key)) if col < cols => visit(ScanLine::Owner { col, since, key }),
                 Ok(_) => break,
                 Err(why) => return Err(owners_damaged(&dir, offset, &why)),
             }
+            offset += got as u64;
         }
         Ok(())
-    }
-
-    /// Where series `key` was: one segment per column it owned.
-    fn segments(&mut self, family: Family, key: &str) -> Result<Vec<Segment>, StoreError> {
-        // Also for a known key: it may have lost its column since.
-        self.refresh_keys(family)?;
-        Ok(self.indexes[family.index()]
-            .segments
-            .get(key)
-            .cloned()
-            .unwrap_or_default())
     }
 
     fn ring_set(&self, family: Family, block: u32) -> Result<RingSet, StoreError> {
