@@ -268,14 +268,22 @@ mod tests {
             (f.bytes, f.packets, f.rev_bytes, f.rev_packets),
             (120, 2, 300, 3)
         );
-        assert_eq!((f.first_ms, f.last_ms), (1_700_000_000_000, 1_700_000_000_500));
+        assert_eq!(
+            (f.first_ms, f.last_ms),
+            (1_700_000_000_000, 1_700_000_000_500)
+        );
         assert_eq!(f.app_name.as_deref(), Some("DNS"));
-        assert!(f.extra_text.contains(&("99999".to_string(), "x".to_string())));
+        assert!(f
+            .extra_text
+            .contains(&("99999".to_string(), "x".to_string())));
         assert!(f
             .extra_text
             .contains(&("SERVER_NAME".to_string(), "example.org".to_string())));
         let g = &r.flows[1];
-        assert_eq!((g.ip_version, g.first_ms, g.last_ms), (6, 1_700_000_000_000, 1_700_000_002_000));
+        assert_eq!(
+            (g.ip_version, g.first_ms, g.last_ms),
+            (6, 1_700_000_000_000, 1_700_000_002_000)
+        );
         let r = flows_from_ntopng_json(b"\x01\x02 not json");
         assert!(r.errors[0].0.contains("not JSON"), "{:?}", r.errors);
     }

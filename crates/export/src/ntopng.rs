@@ -401,7 +401,10 @@ mod tests {
     #[test]
     fn bad_headers_say_what_is_wrong() {
         let e = decode_header(b"[{\"IPV4_SRC_ADDR\":1}]").unwrap_err();
-        assert!(e.contains("none of ntopng's layouts") && e.contains("drop format=ntopng"), "{e}");
+        assert!(
+            e.contains("none of ntopng's layouts") && e.contains("drop format=ntopng"),
+            "{e}"
+        );
         let mut v = V1_FLOW;
         v[16] = 9;
         assert!(decode_header(&v).unwrap_err().contains("version 9"));
@@ -415,7 +418,10 @@ mod tests {
         let json = br#"[{"8":"10.0.0.1","12":"10.0.0.2"}]"#.repeat(50);
         let v1 = decode_header(&V1_FLOW).unwrap();
         let z = compress(&json, Layout::V1);
-        assert_eq!(z[0], 0, "the 24-byte layout marks compression by a leading 0");
+        assert_eq!(
+            z[0], 0,
+            "the 24-byte layout marks compression by a leading 0"
+        );
         assert_eq!(z[1], 0x78, "then a zlib stream");
         assert!(z.len() < json.len() / 4);
         assert_eq!(&*payload_json(&v1, &z, 1 << 20).unwrap(), &json[..]);
@@ -430,7 +436,9 @@ mod tests {
         assert_eq!(&*payload_json(&v4, &z4, 1 << 20).unwrap(), &json[..]);
         // A zlib stream made by hand (stored block): 78 01, then BFINAL+stored, LEN, NLEN,
         // the bytes, and their Adler-32 (a = 1 + 91 + 93 = 0xb9, b = 92 + 185 = 0x115).
-        let by_hand = [0, 0x78, 0x01, 0x01, 2, 0, 0xfd, 0xff, b'[', b']', 0x01, 0x15, 0x00, 0xb9];
+        let by_hand = [
+            0, 0x78, 0x01, 0x01, 2, 0, 0xfd, 0xff, b'[', b']', 0x01, 0x15, 0x00, 0xb9,
+        ];
         assert_eq!(&*payload_json(&v1, &by_hand, 100).unwrap(), b"[]");
         // Larger than the limit once decompressed: refused, not allocated.
         let e = payload_json(&v1, &z, 100).unwrap_err();

@@ -178,7 +178,10 @@ pub const NPROBE_IDS: &[(&str, u32)] = &[
 
 /// A key's nProbe element id ([`NPROBE_IDS`]).
 pub fn nprobe_id(key: &str) -> Option<u32> {
-    NPROBE_IDS.iter().find(|(k, _)| *k == key).map(|&(_, id)| id)
+    NPROBE_IDS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|&(_, id)| id)
 }
 
 /// The key of an nProbe element id ([`NPROBE_IDS`]).
@@ -352,11 +355,19 @@ mod tests {
     fn nprobe_ids_name_schema_keys_once() {
         for (i, (k, id)) in NPROBE_IDS.iter().enumerate() {
             assert!(field(k).is_some(), "{k} is not a schema key");
-            assert!(NPROBE_IDS[i + 1..].iter().all(|(k2, id2)| k2 != k && id2 != id), "{k}");
+            assert!(
+                NPROBE_IDS[i + 1..]
+                    .iter()
+                    .all(|(k2, id2)| k2 != k && id2 != id),
+                "{k}"
+            );
             assert_eq!(key_of_nprobe_id(*id), Some(*k));
         }
         // The NetFlow v9 numbers, not IPFIX's reverse elements.
-        assert_eq!((nprobe_id("OUT_BYTES"), nprobe_id("OUT_PKTS")), (Some(23), Some(24)));
+        assert_eq!(
+            (nprobe_id("OUT_BYTES"), nprobe_id("OUT_PKTS")),
+            (Some(23), Some(24))
+        );
         assert_eq!(nprobe_id("SERVER_NAME"), None);
     }
 
