@@ -39,7 +39,7 @@ pub enum Layout {
 }
 
 impl Layout {
-    pub fn len(self) -> usize {
+    pub fn size(self) -> usize {
         match self {
             Layout::V0 => 40,
             Layout::V1 => 24,
@@ -104,7 +104,7 @@ pub fn encode_header(
     uncompressed: usize,
     wire: usize,
 ) -> Vec<u8> {
-    let mut h = vec![0u8; layout.len()];
+    let mut h = vec![0u8; layout.size()];
     match layout {
         Layout::V0 => {
             let t = topic.as_bytes();
