@@ -9,8 +9,12 @@ import collections
 import json
 import signal
 import socket
+import struct
 import subprocess
 import time
+import zlib
+
+import pytest
 
 import oracle
 
@@ -69,13 +73,13 @@ def test_upper_instance_shows_lower_instances_flows(sonde_bin, corpus, workdir):
 
 
 
-def _chain(sonde_bin, corpus, workdir, collect_url, export_urls):
+def _chain(sonde_bin, corpus, workdir, collect_url, export_urls, up_args=()):
     """A collector on `collect_url` for a few seconds, and one `-r 1kxun.pcap` exporter per
     URL of `export_urls` in turn: (collector's stats, records each exporter exported)."""
     up_stats = workdir / "curve-up.json"
     upper = subprocess.Popen(
         [str(sonde_bin), "--collect", collect_url, "--duration", "60", "--stats-json",
-         str(up_stats), "--idle-timeout", "100000", "-q"],
+         str(up_stats), "--idle-timeout", "100000", "-q", *up_args],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
     exported = []
     try:
@@ -138,3 +142,217 @@ def test_zmq_allow_list_refuses_producers_from_other_addresses(sonde_bin, corpus
                              [f"tcp://127.0.0.1:{port}"])
     assert stats["collected"]["decoded"] == exported[0] > 0, stats["collected"]
     assert stats["collected"]["refused_sources"] == 0
+
+
+
+# ---- ntopng's framing (docs/zmq-interop.md) ----------------------------------------------------
+
+@pytest.mark.parametrize("options", ["", "compress=zlib", "compress=zlib&header=v4",
+                                     "keys=labels&header=v4"])
+def test_ntopng_format_chain(sonde_bin, corpus, workdir, options):
+    """One sonde exports in ntopng's framing (PUB binding, as nProbe does), another collects
+    it as ntopng would (SUB connecting): every flow arrives, the same flows, with zlib on and
+    off, either header layout, numeric or label keys."""
+    port = _free_tcp_port()
+    up_flows = workdir / "ntopng-up.jsonl"
+    extra = f"&{options}" if options else ""
+    stats, exported = _chain(
+        sonde_bin, corpus, workdir, f"zmq+tcp://127.0.0.1:{port}?format=ntopng",
+        [f"tcp://127.0.0.1:{port}?format=ntopng&wait=10{extra}"],
+        up_args=("--flows-out", str(up_flows)))
+    c = stats["collected"]
+    assert c["decoded"] == exported[0] > 0, (c, exported)
+    assert (c["errors"], c["skipped_topics"], c["unknown_keys"], c["lost_messages"]) == (0, 0, 0, 0), c
+    lower = oracle.load_jsonl(str(workdir / "curve-low0.jsonl"))
+    collected = oracle.load_jsonl(str(up_flows))
+    assert oracle.record_directions(collected) == oracle.record_directions(lower)
+    labels = lambda rs: collections.Counter(r.get("L7_PROTO_NAME") for r in rs)  # noqa: E731
+    assert labels(collected) == labels(lower)
+
+
+def test_ntopng_format_probe_mode(sonde_bin, corpus, workdir):
+    """ntopng's collector mode: the collector binds (mode=collector), the exporter connects
+    (mode=probe), as ntopng's `-i tcp://*:PORTc` and nProbe's --zmq-probe-mode."""
+    port = _free_tcp_port()
+    stats, exported = _chain(
+        sonde_bin, corpus, workdir, f"zmq+tcp://127.0.0.1:{port}?format=ntopng&mode=collector",
+        [f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=10&compress=zlib"])
+    assert stats["collected"]["decoded"] == exported[0] > 0, (stats["collected"], exported)
+    assert stats["collected"]["errors"] == 0
+
+
+def test_ntopng_format_curve(sonde_bin, sonde, corpus, workdir):
+    """CURVE in ntopng's framing: the collector (SUB, CURVE server) takes every flow from an
+    exporter that has its public key, whether it connects to the exporter or binds (collector
+    mode); binding, it takes none from an exporter with another key and still takes the next
+    one. (Connecting, a failed handshake ends that connection for good: libzmq does not
+    reconnect after a protocol error; see docs/zmq-interop.md.)"""
+    right, other = workdir / "collector", workdir / "someone-else"
+    for name in (right, other):
+        p = sonde("zmq-keygen", name)
+        assert p.returncode == 0, p.stderr
+    port = _free_tcp_port()
+    stats, exported = _chain(
+        sonde_bin, corpus, workdir,
+        f"zmq+tcp://127.0.0.1:{port}?format=ntopng&curve={right}_secret",
+        [f"tcp://127.0.0.1:{port}?format=ntopng&wait=10&compress=zlib&curve={right}"])
+    assert stats["collected"]["decoded"] == exported[0] > 0, (stats["collected"], exported)
+    port = _free_tcp_port()
+    stats, exported = _chain(
+        sonde_bin, corpus, workdir,
+        f"zmq+tcp://127.0.0.1:{port}?format=ntopng&mode=collector&curve={right}_secret",
+        [f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=2&curve={other}",
+         f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=2",
+         f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=10&curve={right}"])
+    assert exported[0] == exported[1] == exported[2] > 0
+    assert stats["collected"]["decoded"] == exported[2], (stats["collected"], exported)
+
+
+def test_ntopng_format_bad_options_say_how_to_fix(sonde, corpus):
+    p = sonde("-r", corpus / "1kxun.pcap", "--zmq-export", "tcp://127.0.0.1:1?compress=zlib", "-q")
+    assert p.returncode != 0 and "add format=ntopng" in p.stderr, p.stderr
+    p = sonde("--collect", "zmq+tcp://127.0.0.1:1?mode=collector", "--duration", "1", "-q")
+    assert p.returncode != 0 and "add format=ntopng" in p.stderr, p.stderr
+
+
+def _zmq():
+    return pytest.importorskip("zmq", reason="pyzmq is needed to play ntopng and nProbe")
+
+
+def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
+    """A pyzmq SUB, subscribed as ntopng subscribes, reads sonde's messages byte by byte
+    against the documented layouts: two parts; the 24-byte header (topic `flow` NUL-padded,
+    version 2, source id, msg_id in network order counting up from 1) or the 36-byte one
+    (version 4, compressed flag 4, sizes little-endian, msg_id and source_id in network order);
+    a compressed payload is 0x00 + zlib (24 bytes) or zlib alone (36); numeric keys."""
+    zmq = _zmq()
+    for header, compress, size in (("v1", "zlib", 24), ("v1", "none", 24), ("v4", "zlib", 36)):
+        port = _free_tcp_port()
+        ctx = zmq.Context()
+        sub = ctx.socket(zmq.SUB)
+        for topic in (b"flow", b"event", b"counter", b"template", b"option", b"hello"):
+            sub.setsockopt(zmq.SUBSCRIBE, topic)
+        sub.setsockopt(zmq.RCVTIMEO, 500)
+        sub.connect(f"tcp://127.0.0.1:{port}")
+        flows_out = workdir / f"pyz-{header}-{compress}.jsonl"
+        low = subprocess.Popen(
+            [str(sonde_bin), "-r", str(corpus / "1kxun.pcap"), "--zmq-export",
+             f"tcp://127.0.0.1:{port}?format=ntopng&wait=10&header={header}&compress={compress}"
+             "&source_id=7", "--flows-out", str(flows_out), "-q"],
+            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        messages = []
+        deadline = time.time() + 60
+        while time.time() < deadline:
+            try:
+                messages.append(sub.recv_multipart())
+            except zmq.Again:
+                if low.poll() is not None:
+                    break
+        _, err = low.communicate(timeout=60)
+        assert low.returncode == 0, err
+        while True:  # what was still on the way
+            try:
+                messages.append(sub.recv_multipart())
+            except zmq.Again:
+                break
+        ctx.destroy(linger=0)
+        flows = []
+        for i, parts in enumerate(messages, start=1):
+            assert len(parts) == 2, [len(p) for p in parts]
+            h, payload = parts
+            assert len(h) == size
+            assert h[:16] == b"flow" + b"\0" * 12
+            if size == 24:
+                version, source_id, _size = struct.unpack("<BBH", h[16:20])
+                (msg_id,) = struct.unpack(">I", h[20:24])
+                assert (version, source_id, msg_id) == (2, 7, i)
+                if compress == "zlib":
+                    assert payload[0] == 0
+                    js = zlib.decompress(payload[1:])
+                else:
+                    assert payload[:1] == b"["
+                    js = payload
+            else:
+                version, flags = h[16], h[17]
+                assert h[18:20] == b"\0\0"
+                uncompressed, compressed = struct.unpack("<II", h[20:28])
+                msg_id, source_id = struct.unpack(">II", h[28:36])
+                assert (version, flags, msg_id, source_id) == (4, 4, i, 7)
+                assert compressed == len(payload)
+                js = zlib.decompress(payload)
+                assert uncompressed == len(js)
+            batch = json.loads(js)
+            assert isinstance(batch, list) and batch
+            for f in batch:
+                # nProbe's numeric keys: 8/12 (IPv4 addresses) or 27/28 (IPv6), 1/2 and 23/24.
+                assert ("8" in f and "12" in f) or ("27" in f and "28" in f), f
+                assert {"1", "2", "23", "24"} <= f.keys(), f
+                assert "IPV4_SRC_ADDR" not in f and "IN_BYTES" not in f
+            flows.extend(batch)
+        exported = oracle.load_jsonl(str(flows_out))
+        assert len(flows) == len(exported) > 0
+        assert sum(int(f["1"]) + int(f["23"]) for f in flows) == \
+            sum(int(r["IN_BYTES"]) + int(r["OUT_BYTES"]) for r in exported)
+
+
+def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
+    """A pyzmq PUB plays nProbe: hand-built 24-byte headers and JSON with numeric keys, one
+    payload zlib-compressed (0x00 + zlib), a `counter` message (skipped and counted), a gap in
+    the message ids (counted as lost), an id sonde cannot name (counted, kept), a one-part
+    message (an error, said once on stderr); sonde collects the flows with their counters."""
+    zmq = _zmq()
+    port = _free_tcp_port()
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)  # a PUB that hears when sonde has subscribed
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    flows_out, stats_out = workdir / "nprobe-up.jsonl", workdir / "nprobe-up.json"
+    up = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"zmq+tcp://127.0.0.1:{port}?format=ntopng",
+         "--duration", "60", "--flows-out", str(flows_out), "--stats-json", str(stats_out),
+         "--idle-timeout", "100000", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        pub.setsockopt(zmq.RCVTIMEO, 15000)
+        assert pub.recv()[:1] == b"\x01", "sonde did not subscribe"
+
+        def header(topic: bytes, msg_id: int, size: int, version: int = 2) -> bytes:
+            return struct.pack("<16sBBH", topic, version, 3, size) + struct.pack(">I", msg_id)
+
+        # TCP flags PSH|ACK: with SYN|ACK in the OR-ed TCP_FLAGS and no CLIENT_TCP_FLAGS,
+        # sonde's engine takes the record's source for the server (see docs/zmq-interop.md).
+        def flow(i: int, **extra) -> dict:
+            f = {"8": f"192.0.2.{i}", "12": "198.51.100.1", "7": 40000 + i, "11": 443, "4": 6,
+                 "1": 1000 * i, "2": i, "23": 500 * i, "24": i, "6": 24,
+                 "152": 1700000000000 + i, "153": 1700000001000 + i, "57591": "TLS"}
+            f.update(extra)
+            return f
+
+        plain = json.dumps([flow(1), flow(2, **{"99999": "vendor"})]).encode()
+        pub.send_multipart([header(b"flow", 1, len(plain)), plain])
+        z = b"\0" + zlib.compress(json.dumps([flow(3)]).encode())
+        pub.send_multipart([header(b"flow", 2, len(z)), z])
+        counter = b'{"deviceIP":"192.0.2.254","ifIndex":1}'
+        pub.send_multipart([header(b"counter", 3, len(counter)), counter])
+        one = json.dumps(flow(4)).encode()  # a single object, after a gap: ids 4 to 6 lost
+        pub.send_multipart([header(b"flow", 7, len(one)), one])
+        pub.send(b"[]")  # one part: not ntopng's framing
+        time.sleep(1.5)
+        up.send_signal(signal.SIGINT)
+        _, err = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+        ctx.destroy(linger=0)
+    assert up.returncode == 0, err
+    c = json.loads(stats_out.read_text())["collected"]
+    assert (c["decoded"], c["skipped_topics"], c["lost_messages"], c["unknown_keys"],
+            c["errors"]) == (4, 1, 3, 1, 1), c
+    assert "two (a header and a payload)" in err and "drop format=ntopng" in err, err
+    got = {r["IPV4_SRC_ADDR"]: r for r in oracle.load_jsonl(str(flows_out))}
+    assert sorted(got) == [f"192.0.2.{i}" for i in (1, 2, 3, 4)]
+    for i in (1, 2, 3, 4):
+        r = got[f"192.0.2.{i}"]
+        assert (r["IPV4_DST_ADDR"], r["L4_SRC_PORT"], r["L4_DST_PORT"], r["PROTOCOL"]) == \
+            ("198.51.100.1", 40000 + i, 443, 6)
+        assert (r["IN_BYTES"], r["IN_PKTS"], r["OUT_BYTES"], r["OUT_PKTS"]) == (1000 * i, i, 500 * i, i)
+        assert r["L7_PROTO_NAME"] == "TLS"

@@ -164,6 +164,49 @@ pub fn flows_from_message(msg: &[u8]) -> (Vec<CollectedFlow>, Vec<IngestError>) 
     (flows, errors)
 }
 
+/// What one ntopng-format message held: its flows, the entries that were not flows, and how
+/// many numeric keys sonde has no label for ([`crate::ntopng::to_label_keys`]).
+#[derive(Debug, Default)]
+pub struct NtopngFlows {
+    pub flows: Vec<CollectedFlow>,
+    pub errors: Vec<IngestError>,
+    pub unknown_keys: u64,
+}
+
+/// Reads the JSON of an ntopng-format `flow` message (nProbe's, or sonde's with
+/// `format=ntopng`): an array of flow objects or one object, with nProbe's numeric keys
+/// (read through [`crate::schema::NPROBE_IDS`]) or labels, or both.
+pub fn flows_from_ntopng_json(json: &[u8]) -> NtopngFlows {
+    let mut out = NtopngFlows::default();
+    let items = match serde_json::from_slice::<Value>(json) {
+        Ok(Value::Array(items)) => items,
+        Ok(v) => vec![v],
+        Err(e) => {
+            out.errors.push(IngestError(format!(
+                "the flow payload is not JSON ({e}): a TLV or encrypted payload, or not nProbe's \
+                 JSON"
+            )));
+            return out;
+        }
+    };
+    for v in items {
+        match v {
+            Value::Object(o) => {
+                let (o, unknown) = crate::ntopng::to_label_keys(o);
+                out.unknown_keys += unknown as u64;
+                match flow_from_json(&o) {
+                    Ok(f) => out.flows.push(f),
+                    Err(e) => out.errors.push(e),
+                }
+            }
+            _ => out
+                .errors
+                .push(IngestError("expected a flow object in the array".into())),
+        }
+    }
+    out
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -203,6 +246,46 @@ mod tests {
         assert_eq!(flows[1].ip_version, 6);
         assert_eq!(f.exporter, Some("192.0.2.5:0".parse().unwrap()));
         assert_eq!(flows[1].exporter, Some("[2001:db8::5]:0".parse().unwrap()));
+    }
+
+    #[test]
+    fn reads_nprobe_numeric_keys() {
+        // As nProbe sends flows without --json-labels (ids of ntopng's label map); 57591 is
+        // L7_PROTO_NAME, 99999 an id sonde has no label for.
+        let msg = br#"[{"8":"192.0.2.1","12":"192.0.2.2","7":53000,"11":53,"4":17,"1":"120",
+            "2":2,"23":300,"24":3,"152":1700000000000,"153":1700000000500,"57591":"DNS",
+            "99999":"x","SERVER_NAME":"example.org"},
+            {"27":"2001:db8::1","28":"2001:db8::2","4":6,"22":1700000000,"21":1700000002},
+            {"8":"192.0.2.1"}, "oops"]"#;
+        let r = flows_from_ntopng_json(msg);
+        assert_eq!((r.flows.len(), r.errors.len(), r.unknown_keys), (2, 2, 1));
+        let f = &r.flows[0];
+        assert_eq!(
+            (&f.src[..4], &f.dst[..4], f.sport, f.dport, f.proto),
+            (&[192, 0, 2, 1][..], &[192, 0, 2, 2][..], 53000, 53, 17)
+        );
+        assert_eq!(
+            (f.bytes, f.packets, f.rev_bytes, f.rev_packets),
+            (120, 2, 300, 3)
+        );
+        assert_eq!(
+            (f.first_ms, f.last_ms),
+            (1_700_000_000_000, 1_700_000_000_500)
+        );
+        assert_eq!(f.app_name.as_deref(), Some("DNS"));
+        assert!(f
+            .extra_text
+            .contains(&("99999".to_string(), "x".to_string())));
+        assert!(f
+            .extra_text
+            .contains(&("SERVER_NAME".to_string(), "example.org".to_string())));
+        let g = &r.flows[1];
+        assert_eq!(
+            (g.ip_version, g.first_ms, g.last_ms),
+            (6, 1_700_000_000_000, 1_700_000_002_000)
+        );
+        let r = flows_from_ntopng_json(b"\x01\x02 not json");
+        assert!(r.errors[0].0.contains("not JSON"), "{:?}", r.errors);
     }
 
     #[test]

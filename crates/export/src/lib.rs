@@ -9,6 +9,7 @@
 //! `OUT_*` server→client. Bytes are IP bytes (header included), as in NetFlow.
 
 pub mod ingest;
+pub mod ntopng;
 pub mod proto;
 pub mod schema;
 

@@ -153,6 +153,43 @@ const FLOW: &[Field] = &[
     f("L7_CONFIDENCE", Name, "", "l7", None, Fixed, true, "how the label was found (dpi, port, dns cache, …)"),
 ];
 
+/// The numeric keys of nProbe's JSON (what it sends to ntopng over ZMQ without
+/// `--json-labels`): each key's NetFlow v9 / nProbe element id, as ntopng maps labels to ids
+/// (`addMapping` in ntopng's `src/ParserInterface.cpp`, see docs/zmq-interop.md). Not the
+/// IPFIX elements of [`Field::ipfix`]: NetFlow v9 numbers the server-to-client counters 23 and
+/// 24 and the first/last switched times 22 and 21. Keys missing here have no id there and travel
+/// by label in either key style.
+#[rustfmt::skip]
+pub const NPROBE_IDS: &[(&str, u32)] = &[
+    ("IN_BYTES", 1), ("IN_PKTS", 2), ("PROTOCOL", 4), ("SRC_TOS", 5), ("TCP_FLAGS", 6),
+    ("L4_SRC_PORT", 7), ("IPV4_SRC_ADDR", 8), ("INPUT_SNMP", 10), ("L4_DST_PORT", 11),
+    ("IPV4_DST_ADDR", 12), ("OUTPUT_SNMP", 14), ("LAST_SWITCHED", 21), ("FIRST_SWITCHED", 22),
+    ("OUT_BYTES", 23), ("OUT_PKTS", 24), ("IPV6_SRC_ADDR", 27), ("IPV6_DST_ADDR", 28),
+    ("ICMP_TYPE", 32), ("SAMPLING_INTERVAL", 34), ("IN_SRC_MAC", 56), ("VLAN_ID", 58),
+    ("IP_PROTOCOL_VERSION", 60), ("IN_DST_MAC", 80), ("EXPORTER_IPV4_ADDRESS", 130),
+    ("EXPORTER_IPV6_ADDRESS", 131), ("FLOW_START_MILLISECONDS", 152),
+    ("FLOW_END_MILLISECONDS", 153), ("RETRANSMITTED_IN_PKTS", 57581),
+    ("RETRANSMITTED_OUT_PKTS", 57582), ("OOORDER_IN_PKTS", 57583), ("OOORDER_OUT_PKTS", 57584),
+    ("L7_PROTO", 57590), ("L7_PROTO_NAME", 57591), ("CLIENT_NW_LATENCY_MS", 57595),
+    ("SERVER_NW_LATENCY_MS", 57596), ("HTTP_URL", 57652), ("HTTP_RET_CODE", 57653),
+    ("HTTP_MIME", 57656), ("HTTP_HOST", 57659), ("DNS_QUERY", 57677), ("DNS_QUERY_TYPE", 57679),
+    ("DNS_RET_CODE", 57680), ("DHCP_CLIENT_NAME", 57827), ("HTTP_METHOD", 57832),
+    ("DHCP_MESSAGE_TYPE", 57901),
+];
+
+/// A key's nProbe element id ([`NPROBE_IDS`]).
+pub fn nprobe_id(key: &str) -> Option<u32> {
+    NPROBE_IDS
+        .iter()
+        .find(|(k, _)| *k == key)
+        .map(|&(_, id)| id)
+}
+
+/// The key of an nProbe element id ([`NPROBE_IDS`]).
+pub fn key_of_nprobe_id(id: u32) -> Option<&'static str> {
+    NPROBE_IDS.iter().find(|&&(_, i)| i == id).map(|&(k, _)| k)
+}
+
 impl Field {
     /// Whether the JSON writer writes the value as a JSON string (else as a number).
     pub fn json_string(&self) -> bool {
@@ -313,6 +350,26 @@ mod tests {
         for (i, a) in FIELDS.iter().enumerate() {
             assert!(FIELDS[i + 1..].iter().all(|b| b.key != a.key), "{}", a.key);
         }
+    }
+
+    #[test]
+    fn nprobe_ids_name_schema_keys_once() {
+        for (i, (k, id)) in NPROBE_IDS.iter().enumerate() {
+            assert!(field(k).is_some(), "{k} is not a schema key");
+            assert!(
+                NPROBE_IDS[i + 1..]
+                    .iter()
+                    .all(|(k2, id2)| k2 != k && id2 != id),
+                "{k}"
+            );
+            assert_eq!(key_of_nprobe_id(*id), Some(*k));
+        }
+        // The NetFlow v9 numbers, not IPFIX's reverse elements.
+        assert_eq!(
+            (nprobe_id("OUT_BYTES"), nprobe_id("OUT_PKTS")),
+            (Some(23), Some(24))
+        );
+        assert_eq!(nprobe_id("SERVER_NAME"), None);
     }
 
     #[test]

@@ -74,9 +74,23 @@ pub enum CollectSource {
     /// With a secret key file (`?curve=NAME_secret`), only CURVE producers that know the
     /// collector's public key get through ([`crate::zmq_curve`]); with an allow-list, only
     /// producers connecting from those addresses (checked by a ZAP handler, [`zap_handler`]).
-    Zmq(String, Option<std::path::PathBuf>, AllowList),
+    /// With `format=ntopng`, ntopng's framing on a SUB socket instead ([`ZmqFormat`]).
+    Zmq(String, Option<std::path::PathBuf>, AllowList, ZmqFormat),
     /// Flows on a Kafka topic (JSON or protobuf), read in a consumer group.
     Kafka(crate::kafka_source::KafkaSource),
+}
+
+/// What a ZMQ collector reads.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub enum ZmqFormat {
+    /// sonde's `--zmq-export`: one JSON array per message, on a PULL socket that binds.
+    #[default]
+    Sonde,
+    /// ntopng's framing (nProbe's `--zmq`, sonde's `--zmq-export …?format=ntopng`; see
+    /// `docs/zmq-interop.md`): a header part and a payload part per message, on a SUB socket
+    /// that connects to the producer's PUB as ntopng's `-i tcp://HOST:PORT` does, or with
+    /// `mode=collector` binds for producers in probe mode (ntopng's `-i tcp://*:PORTc`).
+    Ntopng { bind: bool },
 }
 
 impl CollectSource {
@@ -91,8 +105,34 @@ impl CollectSource {
         let zmq = scheme == "zmq+tcp" || scheme == "zmq";
         let mut allow = AllowList::default();
         let mut curve = None;
+        let mut format = ZmqFormat::Sonde;
+        let mut mode = None;
         for pair in query.split('&').filter(|p| !p.is_empty()) {
             match pair.split_once('=') {
+                Some(("format", f)) if zmq => {
+                    format = match f {
+                        "ntopng" => ZmqFormat::Ntopng { bind: false },
+                        "json" | "sonde" => ZmqFormat::Sonde,
+                        _ => {
+                            return Err(format!(
+                                "--collect '{s}': format={f}: use format=ntopng (ntopng's \
+                                 framing, as nProbe sends it) or format=json (sonde's, the default)"
+                            ))
+                        }
+                    }
+                }
+                Some(("mode", m)) if zmq => {
+                    mode = Some(match m {
+                        "collector" | "bind" => true,
+                        "connect" => false,
+                        _ => {
+                            return Err(format!(
+                                "--collect '{s}': mode={m}: use mode=collector (bind, for \
+                                 producers in probe mode) or mode=connect (the default)"
+                            ))
+                        }
+                    })
+                }
                 Some(("allow", list)) => {
                     allow = AllowList::parse(list).map_err(|e| format!("--collect '{s}': {e}"))?;
                 }
@@ -102,8 +142,28 @@ impl CollectSource {
                 _ => {
                     return Err(format!(
                         "--collect '{s}': unknown option '{pair}' (udp:// and tcp:// take \
-                         ?allow=NET[,NET…], e.g. ?allow=10.0.0.0/8; zmq+tcp:// takes it and \
-                         ?curve=SECRET_KEY_FILE, made by 'sonde zmq-keygen NAME')"
+                         ?allow=NET[,NET…], e.g. ?allow=10.0.0.0/8; zmq+tcp:// takes it, \
+                         ?curve=SECRET_KEY_FILE, made by 'sonde zmq-keygen NAME', and \
+                         format=ntopng with mode=collector|connect)"
+                    ))
+                }
+            }
+        }
+        // ntopng's own spelling of collector mode: a trailing 'c' on the port.
+        let rest = match (format, rest.strip_suffix('c')) {
+            (ZmqFormat::Ntopng { .. }, Some(r)) => {
+                mode.get_or_insert(true);
+                r
+            }
+            _ => rest,
+        };
+        if let Some(bind) = mode {
+            match format {
+                ZmqFormat::Ntopng { .. } => format = ZmqFormat::Ntopng { bind },
+                ZmqFormat::Sonde => {
+                    return Err(format!(
+                        "--collect '{s}': mode= belongs to ntopng's framing: add format=ntopng \
+                         (sonde's own format always binds)"
                     ))
                 }
             }
@@ -121,7 +181,12 @@ impl CollectSource {
             "tcp" | "ipfix+tcp" => Ok(CollectSource::Tcp(addr()?, allow)),
             "zmq+tcp" | "zmq" => {
                 addr()?;
-                Ok(CollectSource::Zmq(format!("tcp://{rest}"), curve, allow))
+                Ok(CollectSource::Zmq(
+                    format!("tcp://{rest}"),
+                    curve,
+                    allow,
+                    format,
+                ))
             }
             other => Err(format!(
                 "--collect '{s}': unknown scheme '{other}' (use udp://, tcp://, zmq+tcp:// or kafka://)"
@@ -156,6 +221,14 @@ pub struct CollectorCounters {
     /// Records whose times were over an hour after their arrival: counted at their arrival
     /// instead ([`CollectedFlow::retime_if_ahead`]).
     pub retimed: AtomicU64,
+    /// ntopng-format ZMQ messages of topics other than `flow` (counters, events, templates…),
+    /// read past.
+    pub skipped_topics: AtomicU64,
+    /// Numeric keys of ntopng-format flows that sonde has no label for (kept by number).
+    pub unknown_keys: AtomicU64,
+    /// ntopng-format messages missing by their producer's message ids (lost on the way, or
+    /// dropped by its high-water mark).
+    pub lost_messages: AtomicU64,
     /// Each exporter's statistics as of about a second ago (the receivers publish them), for
     /// the alerts' checks: an exporter that stopped sending, sequence gaps.
     pub exporters: std::sync::Mutex<std::collections::HashMap<std::net::SocketAddr, ExporterStats>>,
@@ -773,13 +846,28 @@ pub const MAX_TCP_CONNECTIONS: usize = 64;
 /// templates and data far more often).
 pub const TCP_IDLE: Duration = Duration::from_secs(300);
 
-/// Receives JSON flows on a bound ZMQ PULL socket until `stop`.
+/// Receives JSON flows on a bound ZMQ PULL socket (or in ntopng's framing on a SUB socket)
+/// until `stop`.
 pub(crate) fn run_zmq(
     socket: zmq::Socket,
+    format: ZmqFormat,
+    what: String,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
 ) -> ExporterReport {
+    if let ZmqFormat::Ntopng { .. } = format {
+        let mut reader = NtopngReader::new(what);
+        while !stop.load(Ordering::Relaxed) {
+            match socket.recv_multipart(0) {
+                Ok(parts) => reader.message(&parts, &mut out, &counters),
+                Err(zmq::Error::EAGAIN) => {}
+                Err(_) => break,
+            }
+        }
+        out.flush();
+        return Vec::new();
+    }
     while !stop.load(Ordering::Relaxed) {
         match socket.recv_bytes(0) {
             Ok(msg) => {
@@ -805,6 +893,87 @@ pub(crate) fn run_zmq(
     }
     out.flush();
     Vec::new()
+}
+
+/// Reads ntopng-format messages: the per-producer message ids (for lost messages) and which
+/// kinds of error were already told.
+struct NtopngReader {
+    what: String,
+    last_msg_id: std::collections::HashMap<u32, u32>,
+    told: std::collections::HashSet<&'static str>,
+}
+
+impl NtopngReader {
+    fn new(what: String) -> NtopngReader {
+        NtopngReader {
+            what,
+            last_msg_id: Default::default(),
+            told: Default::default(),
+        }
+    }
+
+    /// Counts an error, and says the first of each kind on stderr (the rest are counted in
+    /// `collected.errors`).
+    fn error(&mut self, kind: &'static str, text: &str, counters: &CollectorCounters) {
+        counters.errors.fetch_add(1, Ordering::Relaxed);
+        if self.told.insert(kind) {
+            eprintln!(
+                "sonde: {}: {text} (further such messages are only counted in collected.errors)",
+                self.what
+            );
+        }
+    }
+
+    fn message(&mut self, parts: &[Vec<u8>], out: &mut Dispatcher, counters: &CollectorCounters) {
+        counters.messages.fetch_add(1, Ordering::Relaxed);
+        let [header, payload] = parts else {
+            let text = format!(
+                "a message of {} part(s), where ntopng's framing has two (a header and a \
+                 payload): is the producer sonde's own --zmq-export without format=ntopng? \
+                 (then drop format=ntopng here)",
+                parts.len()
+            );
+            return self.error("parts", &text, counters);
+        };
+        let h = match sonde_export::ntopng::decode_header(header) {
+            Ok(h) => h,
+            Err(e) => return self.error("header", &e, counters),
+        };
+        if h.msg_id > 0 {
+            let last = self.last_msg_id.insert(h.source_id, h.msg_id).unwrap_or(0);
+            if last > 0 && h.msg_id > last.wrapping_add(1) {
+                counters
+                    .lost_messages
+                    .fetch_add((h.msg_id - last - 1) as u64, Ordering::Relaxed);
+            }
+        }
+        if !h.is_flow() {
+            counters.skipped_topics.fetch_add(1, Ordering::Relaxed);
+            return;
+        }
+        let json = match sonde_export::ntopng::payload_json(&h, payload, ZMQ_MAX_MESSAGE as usize) {
+            Ok(j) => j,
+            Err(e) => return self.error("payload", &e, counters),
+        };
+        let r = sonde_export::ingest::flows_from_ntopng_json(&json);
+        counters
+            .records
+            .fetch_add(r.flows.len() as u64, Ordering::Relaxed);
+        counters
+            .unknown_keys
+            .fetch_add(r.unknown_keys, Ordering::Relaxed);
+        for e in &r.errors {
+            let text = format!("a flow entry was not read: {e}");
+            self.error("entry", &text, counters);
+        }
+        let arrival = now_ms();
+        for mut f in r.flows {
+            if counters.admit(&mut f, arrival) {
+                out.flow(f);
+            }
+        }
+        out.flush();
+    }
 }
 
 /// Asks for a large receive buffer (8 MiB) on a collector's UDP socket, so bursts from
@@ -833,20 +1002,26 @@ pub(crate) fn enlarge_receive_buffer(socket: &std::net::UdpSocket) {
 /// thousand flows (a few MiB of JSON).
 pub const ZMQ_MAX_MESSAGE: i64 = 64 << 20;
 
-/// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start). With
-/// an allow-list, a ZAP handler thread (until `stop`) refuses producers from other addresses
-/// during their handshake, before any message of theirs is read, and counts them in
-/// `counters.refused_sources`.
+/// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start); with
+/// `format=ntopng`, a SUB socket taking every topic that connects to the producer, or binds
+/// with `mode=collector`. With an allow-list, a ZAP handler thread (until `stop`) refuses
+/// producers from other addresses during their handshake, before any message of theirs is
+/// read, and counts them in `counters.refused_sources`.
 pub(crate) fn bind_zmq(
     endpoint: &str,
     curve: Option<&std::path::Path>,
     allow: &AllowList,
+    format: ZmqFormat,
     stop: &Arc<AtomicBool>,
     counters: &Arc<CollectorCounters>,
 ) -> Result<zmq::Socket, String> {
     let ctx = zmq::Context::new();
+    let kind = match format {
+        ZmqFormat::Sonde => zmq::PULL,
+        ZmqFormat::Ntopng { .. } => zmq::SUB,
+    };
     let s = ctx
-        .socket(zmq::PULL)
+        .socket(kind)
         .map_err(|e| format!("zmq: cannot create a socket: {e}"))?;
     if let Some(secret) = curve {
         crate::zmq_curve::serve(&s, secret, &format!("--collect zmq+{endpoint}"))?;
@@ -873,6 +1048,22 @@ pub(crate) fn bind_zmq(
     // (a 300 MiB message used to peak at ~888 MiB).
     s.set_maxmsgsize(ZMQ_MAX_MESSAGE)
         .map_err(|e| format!("zmq: cannot set a message size limit: {e}"))?;
+    if let ZmqFormat::Ntopng { bind } = format {
+        // Every topic: the ones other than `flow` are counted as skipped.
+        s.set_subscribe(b"")
+            .map_err(|e| format!("zmq: cannot subscribe: {e}"))?;
+        if !bind {
+            // libzmq retries until the producer's PUB is there.
+            s.connect(endpoint).map_err(|e| {
+                format!(
+                    "--collect zmq+{endpoint}?format=ntopng: cannot connect ({e}); give the \
+                     producer's ADDRESS:PORT, or add mode=collector to bind for producers in \
+                     probe mode"
+                )
+            })?;
+            return Ok(s);
+        }
+    }
     s.bind(endpoint).map_err(|e| {
         format!("--collect {endpoint}: cannot listen ({e}); is the port in use or the address not local?")
     })?;
@@ -945,6 +1136,38 @@ mod tests {
         assert!(CollectSource::parse("tcp://0.0.0.0:4739?allows=10.0.0.0/8").is_err());
     }
 
+    #[test]
+    fn ntopng_format_sources() {
+        let zmq = |s: &str| match CollectSource::parse(s) {
+            Ok(CollectSource::Zmq(e, _, _, f)) => Ok((e, f)),
+            Ok(other) => panic!("{other:?}"),
+            Err(e) => Err(e),
+        };
+        let ep = "tcp://127.0.0.1:5556".to_string();
+        assert_eq!(
+            zmq("zmq+tcp://127.0.0.1:5556"),
+            Ok((ep.clone(), ZmqFormat::Sonde))
+        );
+        assert_eq!(
+            zmq("zmq+tcp://127.0.0.1:5556?format=ntopng"),
+            Ok((ep.clone(), ZmqFormat::Ntopng { bind: false }))
+        );
+        assert_eq!(
+            zmq("zmq+tcp://127.0.0.1:5556?format=ntopng&mode=collector"),
+            Ok((ep.clone(), ZmqFormat::Ntopng { bind: true }))
+        );
+        // ntopng's spelling of collector mode.
+        assert_eq!(
+            zmq("zmq+tcp://127.0.0.1:5556c?format=ntopng"),
+            Ok((ep, ZmqFormat::Ntopng { bind: true }))
+        );
+        let e = zmq("zmq+tcp://127.0.0.1:5556?mode=collector").unwrap_err();
+        assert!(e.contains("add format=ntopng"), "{e}");
+        let e = zmq("zmq+tcp://127.0.0.1:5556?format=tlv").unwrap_err();
+        assert!(e.contains("use format=ntopng"), "{e}");
+        assert!(CollectSource::parse("udp://0.0.0.0:2055?format=ntopng").is_err());
+    }
+
     /// A message over the size limit never arrives (its producer is disconnected before the
     /// collector allocates it); the next producer's messages do.
     #[test]
@@ -957,6 +1180,7 @@ mod tests {
             &format!("tcp://127.0.0.1:{port}"),
             None,
             &AllowList::default(),
+            ZmqFormat::Sonde,
             &Arc::new(AtomicBool::new(false)),
             &Arc::new(CollectorCounters::default()),
         )

@@ -94,9 +94,10 @@ pub const INPUTS: &[InputKind] = &[
     },
     InputKind {
         name: "collect-zmq",
-        usage: "--collect zmq+tcp://ADDR:PORT[?curve=SECRET_KEY_FILE]",
+        usage: "--collect zmq+tcp://ADDR:PORT[?curve=SECRET_KEY_FILE&allow=NET,…&format=ntopng&mode=collector]",
         ends: "when stopped",
-        what: "nProbe/ntopng JSON flows from a producer's --zmq-export",
+        what: "nProbe/ntopng JSON flows from a producer's --zmq-export, or with format=ntopng \
+               in ntopng's framing from nProbe's --zmq (numeric or label keys, zlib)",
     },
     InputKind {
         name: "collect-kafka",

@@ -81,6 +81,11 @@ pub struct Summary {
     /// Decoded records with impossible counters, kept out of the tables.
     pub collector_suspect: u64,
     pub collector_retimed: u64,
+    /// ntopng-format ZMQ: messages of other topics than `flow`, numeric keys without a label,
+    /// and messages missing by their producers' message ids.
+    pub collector_skipped_topics: u64,
+    pub collector_unknown_keys: u64,
+    pub collector_lost_messages: u64,
     pub elapsed: Duration,
     /// A source error that ended the run early (e.g. a truncated file); what came before it was
     /// processed and is in the counters.
@@ -356,6 +361,15 @@ impl Probe {
                 .load(Ordering::Relaxed),
             collector_suspect: self.collector_counters.suspect.load(Ordering::Relaxed),
             collector_retimed: self.collector_counters.retimed.load(Ordering::Relaxed),
+            collector_skipped_topics: self
+                .collector_counters
+                .skipped_topics
+                .load(Ordering::Relaxed),
+            collector_unknown_keys: self.collector_counters.unknown_keys.load(Ordering::Relaxed),
+            collector_lost_messages: self
+                .collector_counters
+                .lost_messages
+                .load(Ordering::Relaxed),
             elapsed: self.started.elapsed(),
             error,
         })
@@ -1048,18 +1062,22 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                     )
                                 })
                         }
-                        CollectSource::Zmq(endpoint, curve, allow) => {
+                        CollectSource::Zmq(endpoint, curve, allow, format) => {
                             let sock = collect::bind_zmq(
                                 endpoint,
                                 curve.as_deref(),
                                 allow,
+                                *format,
                                 &stop,
                                 &counters,
                             )
                             .map_err(ProbeError::Config)?;
+                            let (format, what) = (*format, format!("--collect zmq+{endpoint}"));
                             std::thread::Builder::new()
                                 .name("collect-zmq".into())
-                                .spawn(move || collect::run_zmq(sock, out, stop, counters))
+                                .spawn(move || {
+                                    collect::run_zmq(sock, format, what, out, stop, counters)
+                                })
                         }
                         CollectSource::Udp(addr, allow) => {
                             let allow = allow.clone();

@@ -348,7 +348,7 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         cfg.extra_sinks.push(spec.plan(is_live));
     }
     for text in &cli.zmq_export {
-        let (endpoint, req) = QueueRequest::split_allowing(text, &["curve"])
+        let (endpoint, req) = QueueRequest::split_allowing(text, ZmqSink::OPTIONS)
             .map_err(|e| anyhow::anyhow!("--zmq-export {e}"))?;
         // A bad key file or option is named at start, not when the sink starts.
         ZmqSink::check(&endpoint).map_err(anyhow::Error::msg)?;
