@@ -90,6 +90,15 @@ esac
 if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 1 ]; then
     missing+=(python3-pytest)
 fi
+# pyzmq plays ntopng and nProbe in test_zmq_chain.py: Debian's python3-zmq, else pip.
+need_pyzmq=0
+if ! python3 -c 'import zmq' >/dev/null 2>&1; then
+    need_pyzmq=1
+    if [ "$PY_IS_SYSTEM" = 1 ]; then
+        missing+=(python3-zmq)
+        need_pyzmq=0
+    fi
+fi
 need_chdb=0
 if ! python3 -c 'import chdb' >/dev/null 2>&1; then
     need_chdb=1
@@ -121,6 +130,10 @@ fi
 if [ "$need_pytest" = 1 ] && [ "$PY_IS_SYSTEM" = 0 ]; then
     echo "setup-test-deps: installing pytest with pip for $(command -v python3)"
     python3 -m pip install --quiet pytest
+fi
+if [ "$need_pyzmq" = 1 ]; then
+    echo "setup-test-deps: installing pyzmq with pip for $(command -v python3)"
+    python3 -m pip install --quiet pyzmq
 fi
 if [ "$need_chdb" = 1 ]; then
     echo "setup-test-deps: installing chdb-core with pip for $(command -v python3)"
@@ -161,4 +174,5 @@ done
 [ -e /usr/include/pcap/pcap.h ] || { echo "setup-test-deps: libpcap headers still missing" >&2; exit 1; }
 python3 -m pytest --version >/dev/null 2>&1 || { echo "setup-test-deps: pytest still missing" >&2; exit 1; }
 python3 -c 'import aiosmtpd' >/dev/null 2>&1 || { echo "setup-test-deps: aiosmtpd still missing" >&2; exit 1; }
+python3 -c 'import zmq' >/dev/null 2>&1 || { echo "setup-test-deps: pyzmq (python3-zmq) still missing" >&2; exit 1; }
 echo "setup-test-deps: ok ($(tshark --version 2>/dev/null | head -1))"
