@@ -488,8 +488,10 @@ def test_tcp_collector_caps_its_connections(sonde_bin, workdir):
     from conftest import free_port
     port = free_port()
     stats = workdir / "s.json"
+    # Stopped with Ctrl-C once counted: a short --duration could end the run (and close every
+    # connection) before the count on a loaded machine.
     proc = subprocess.Popen([str(sonde_bin), "--collect", f"tcp://127.0.0.1:{port}", "-q",
-                             "--duration", "6", "--stats-json", str(stats)],
+                             "--duration", "60", "--stats-json", str(stats)],
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     socks = []
     try:
@@ -517,6 +519,7 @@ def test_tcp_collector_caps_its_connections(sonde_bin, workdir):
     finally:
         for s in socks:
             s.close()
+        proc.send_signal(signal.SIGINT)
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(stats.read_text())["collected"]["connections_refused"] == 6
