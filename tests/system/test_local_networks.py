@@ -241,11 +241,11 @@ def test_api_splits_hosts_and_flows(sonde_bin, corpus, tshark_tools, workdir):
                         and sum(v["packets"] for v in iface["directions"].values())
                         == iface["ip_packets"]):
                     break
+                get_json(base, "/api/v1/hosts?limit=1")  # a reader's flush
             except (urllib.error.URLError, ConnectionError):
-                pass
+                pass  # not listening yet
             assert time.time() < deadline, "the API never showed the whole file by direction"
             assert proc.poll() is None, proc.stderr.read()
-            get_json(base, "/api/v1/hosts?limit=1")  # a reader's flush
             time.sleep(0.2)
         assert sorted(iface["local_networks"]) == sorted(str(n) for n in nl)
         assert {d: [iface["directions"][d]["packets"], iface["directions"][d]["bytes"]]
