@@ -1376,14 +1376,7 @@ impl FamilyWriter {
             fs::remove_file(leftover).map_err(io_err(leftover))?;
         }
         let key_path = dir.join(KEYS_NAME);
-        let key_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&key_path)
-            .map_err(io_err(&key_path))?;
-        let data = fs::read(&key_path).map_err(io_err(&key_path))?;
+        let (key_file, data) = open_log(&key_path)?;
         let durable = checkpoint.map_or(0, |c| c.key_counts[family.index()]) as usize;
         // Line i names the first owner of column i. A key may be listed twice: one whose
         // column went to another key, and that came back when no column was free.
@@ -1416,14 +1409,7 @@ impl FamilyWriter {
         let keys = owner.len() as u32;
         // Then the reassignments of reused columns, in the order they were made.
         let owners_path = dir.join(OWNERS_NAME);
-        let owners_file = OpenOptions::new()
-            .read(true)
-            .write(true)
-            .create(true)
-            .truncate(false)
-            .open(&owners_path)
-            .map_err(io_err(&owners_path))?;
-        let data = fs::read(&owners_path).map_err(io_err(&owners_path))?;
+        let (owners_file, data) = open_log(&owners_path)?;
         let mut owners_len = 0u64;
         for (offset, len, line) in owner_lines(&data, 0) {
             match line {
@@ -1654,6 +1640,19 @@ impl FamilyWriter {
         }
         Ok(())
     }
+}
+
+/// Opens (or creates) an append-only file of the writer (keys, owners) and reads what it holds.
+fn open_log(path: &Path) -> Result<(File, Vec<u8>), StoreError> {
+    let file = OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .open(path)
+        .map_err(io_err(path))?;
+    let data = fs::read(path).map_err(io_err(path))?;
+    Ok((file, data))
 }
 
 /// Bytes of the first line of `data`, newline included.
