@@ -49,7 +49,16 @@ declare -A BIN SEEDS
 ALL=()
 for proj in "${PROJECTS[@]}"; do
     echo "fuzz: building $proj/fuzz"
-    (cd "$proj" && cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR")
+    if ! (cd "$proj" && cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR"); then
+        # Seen once in CI: a C compile inside a dependency's build script failed with no
+        # reason in the part of the log kept. Say what the machine had left, then try once
+        # more one job at a time (less memory) before giving up.
+        echo "fuzz: building $proj/fuzz failed; disk and memory now:"
+        df -h . "${TMPDIR:-/tmp}" || true
+        free -m || true
+        echo "fuzz: building $proj/fuzz again with one job"
+        (cd "$proj" && CARGO_BUILD_JOBS=1 cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR")
+    fi
     for t in $(cd "$proj" && cargo +nightly fuzz list); do
         BIN[$t]=$TARGET_DIR/$HOST/release/$t
         SEEDS[$t]=$ROOT/$proj/fuzz/corpus/$t
