@@ -14,8 +14,15 @@
 //!
 //! ```text
 //! magic u32 "FBLK" | body_len u32 | crc32 u32 (of everything after it) | count u32 |
-//! min_first_ms u64 | max_last_ms u64 | bloom (BLOOM_BYTES, the block's addresses) | records
+//! min_first_ms u64 | max_last_ms u64 | bloom (the block's addresses) | records
 //! ```
+//!
+//! The bloom filter is [`BLOOM_BYTES`] long in format 1. In format 2 its length follows the
+//! block's record count ([`bloom_len`]: 2 bytes per record, a power of two from
+//! [`MIN_BLOOM_BYTES`] to [`BLOOM_BYTES`]), because a checkpoint every second closes a block
+//! however few flows it has, and on a quiet link fixed 8 KiB filters were most of the history.
+//! New segments are written in format 2; a format 1 segment is read as it is and, when it is
+//! the newest at start, appended to in format 1.
 //!
 //! Blocks are only appended. A checkpoint writes the open block and `fdatasync`s the segment:
 //! what was checkpointed survives a kill -9 or a power cut. After a crash the end of the last
@@ -33,12 +40,14 @@ use std::fmt;
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Read, Seek, SeekFrom, Write};
 use std::ops::ControlFlow;
+use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
 /// The data directory's format, in its `VERSION` file.
 pub const DATA_DIR_VERSION: &str = "sonde-data 1\n";
 const SEGMENT_MAGIC: &[u8; 8] = b"SONDEFLW";
-const SEGMENT_VERSION: u32 = 1;
+/// The format new segments are written in; format 1 is still read (and appended to).
+const SEGMENT_VERSION: u32 = 2;
 const SEGMENT_HEADER: usize = 16;
 const BLOCK_MAGIC: u32 = u32::from_le_bytes(*b"FBLK");
 /// magic, body_len, crc.
@@ -51,6 +60,8 @@ pub const BLOCK_RECORDS: usize = 4096;
 /// Bloom filter of a block's addresses: 64 Kibit for up to 8192 addresses, 4 probes (about 2%
 /// false positives when full): 2 bytes per record.
 pub const BLOOM_BYTES: usize = 8192;
+/// The smallest bloom filter of format 2 (a block of up to 32 records).
+pub const MIN_BLOOM_BYTES: usize = 64;
 const BLOOM_PROBES: u32 = 4;
 /// A block body larger than this is not something sonde wrote.
 const MAX_BLOCK_BODY: usize = 64 << 20;
@@ -197,6 +208,14 @@ pub struct Segment {
 }
 
 impl Segment {
+    /// Counts a block read back from the file, which ends the segment so far.
+    fn add_block(&mut self, h: &BlockHeader) {
+        self.records += h.count as u64;
+        self.min_first_ms = self.min_first_ms.min(h.min_first_ms);
+        self.max_last_ms = self.max_last_ms.max(h.max_last_ms);
+        self.bytes = h.offset + (BLOCK_PREFIX + h.body_len) as u64;
+    }
+
     /// A segment with no block yet (just its header).
     fn empty(number: u64, path: PathBuf) -> Segment {
         Segment {
@@ -255,6 +274,18 @@ struct BlockHeader {
     offset: u64,
     body_len: usize,
     crc: u32,
+    count: u32,
+    min_first_ms: u64,
+    max_last_ms: u64,
+    /// The bloom filter's length.
+    bloom: usize,
+}
+
+impl BlockHeader {
+    /// The body's byte range in the file.
+    fn body_at(&self) -> u64 {
+        self.offset + BLOCK_PREFIX as u64
+    }
 }
 
 /// What a scan of a segment's blocks found.
@@ -269,29 +300,34 @@ enum Next {
     },
 }
 
-fn read_block_header(f: &mut File, offset: u64, file_len: u64) -> io::Result<Next> {
+fn read_block_header(f: &File, offset: u64, file_len: u64, version: u32) -> io::Result<Next> {
     if offset == file_len {
         return Ok(Next::End);
     }
-    if file_len - offset < BLOCK_PREFIX as u64 {
+    if file_len - offset < (BLOCK_PREFIX + BLOCK_FIXED) as u64 {
         return Ok(Next::Bad {
             offset,
             why: "a block header cut short".into(),
         });
     }
-    let mut p = [0u8; BLOCK_PREFIX];
-    f.seek(SeekFrom::Start(offset))?;
-    f.read_exact(&mut p)?;
+    // The prefix and the fixed fields in one read: a scan that skips the block by its time
+    // range reads nothing else of it.
+    let mut p = [0u8; BLOCK_PREFIX + BLOCK_FIXED];
+    f.read_exact_at(&mut p, offset)?;
     let magic = u32::from_le_bytes(p[0..4].try_into().expect("4 bytes"));
     let body_len = u32::from_le_bytes(p[4..8].try_into().expect("4 bytes")) as usize;
     let crc = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes"));
+    let count = u32::from_le_bytes(p[12..16].try_into().expect("4 bytes"));
+    let min_first_ms = u64::from_le_bytes(p[16..24].try_into().expect("8 bytes"));
+    let max_last_ms = u64::from_le_bytes(p[24..32].try_into().expect("8 bytes"));
     if magic != BLOCK_MAGIC {
         return Ok(Next::Bad {
             offset,
             why: "no block marker".into(),
         });
     }
-    if !(BLOCK_FIXED + BLOOM_BYTES..=MAX_BLOCK_BODY).contains(&body_len) {
+    let bloom = bloom_len(version, count);
+    if !(BLOCK_FIXED + bloom..=MAX_BLOCK_BODY).contains(&body_len) {
         return Ok(Next::Bad {
             offset,
             why: format!("impossible block length {body_len}"),
@@ -307,10 +343,26 @@ fn read_block_header(f: &mut File, offset: u64, file_len: u64) -> io::Result<Nex
         offset,
         body_len,
         crc,
+        count,
+        min_first_ms,
+        max_last_ms,
+        bloom,
     }))
 }
 
-fn check_segment_header(f: &mut File, path: &Path) -> Result<(), StoreError> {
+/// The length of a block's bloom filter in segment format `version`.
+pub fn bloom_len(version: u32, count: u32) -> usize {
+    if version == 1 {
+        return BLOOM_BYTES;
+    }
+    (count as usize)
+        .saturating_mul(2)
+        .next_power_of_two()
+        .clamp(MIN_BLOOM_BYTES, BLOOM_BYTES)
+}
+
+/// Checks a segment's header and returns its format version.
+fn check_segment_header(f: &mut File, path: &Path) -> Result<u32, StoreError> {
     let mut h = [0u8; SEGMENT_HEADER];
     f.seek(SeekFrom::Start(0)).map_err(io_err(path))?;
     if f.read_exact(&mut h).is_err() || &h[..8] != SEGMENT_MAGIC {
@@ -320,44 +372,19 @@ fn check_segment_header(f: &mut File, path: &Path) -> Result<(), StoreError> {
         });
     }
     let v = u32::from_le_bytes(h[8..12].try_into().expect("4 bytes"));
-    if v != SEGMENT_VERSION {
+    if !(1..=SEGMENT_VERSION).contains(&v) {
         return Err(StoreError::Foreign {
             path: path.to_path_buf(),
-            why: format!("segment format {v}, this sonde reads {SEGMENT_VERSION}"),
+            why: format!("segment format {v}, this sonde reads formats 1 to {SEGMENT_VERSION}"),
         });
     }
-    Ok(())
+    Ok(v)
 }
 
-/// A block's body (everything after the CRC), read and checked.
-struct Block {
-    count: u32,
-    min_first_ms: u64,
-    max_last_ms: u64,
-    body: Vec<u8>,
-}
-
-impl Block {
-    fn parse(body: Vec<u8>) -> Block {
-        let count = u32::from_le_bytes(body[0..4].try_into().expect("4 bytes"));
-        let min_first_ms = u64::from_le_bytes(body[4..12].try_into().expect("8 bytes"));
-        let max_last_ms = u64::from_le_bytes(body[12..20].try_into().expect("8 bytes"));
-        Block {
-            count,
-            min_first_ms,
-            max_last_ms,
-            body,
-        }
-    }
-    fn bloom(&self) -> &[u8] {
-        &self.body[BLOCK_FIXED..BLOCK_FIXED + BLOOM_BYTES]
-    }
-    fn records(&self) -> &[u8] {
-        &self.body[BLOCK_FIXED + BLOOM_BYTES..]
-    }
-}
-
-fn bloom_positions(addr: &[u8; 16]) -> impl Iterator<Item = usize> {
+/// The bits of `addr` in a bloom filter of `bits` bits (a power of two, so a filter can be
+/// folded to a shorter one by OR-ing its halves: a position modulo the shorter length is the
+/// position in it).
+fn bloom_positions(addr: &[u8; 16], bits: usize) -> impl Iterator<Item = usize> {
     // Two halves of a 64-bit mix give the probes (Kirsch–Mitzenmacher double hashing).
     let mut a = [0u8; 8];
     let mut b = [0u8; 8];
@@ -369,18 +396,29 @@ fn bloom_positions(addr: &[u8; 16]) -> impl Iterator<Item = usize> {
             .rotate_left(31);
     let x = (x ^ (x >> 29)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
     let (h1, h2) = (x as u32, (x >> 32) as u32 | 1);
-    (0..BLOOM_PROBES)
-        .map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) as usize) % (BLOOM_BYTES * 8))
+    (0..BLOOM_PROBES).map(move |i| (h1.wrapping_add(i.wrapping_mul(h2)) as usize) % bits)
 }
 
 fn bloom_add(bloom: &mut [u8], addr: &[u8; 16]) {
-    for p in bloom_positions(addr) {
+    for p in bloom_positions(addr, bloom.len() * 8) {
         bloom[p / 8] |= 1 << (p % 8);
     }
 }
 
 fn bloom_may_contain(bloom: &[u8], addr: &[u8; 16]) -> bool {
-    bloom_positions(addr).all(|p| bloom[p / 8] & (1 << (p % 8)) != 0)
+    bloom_positions(addr, bloom.len() * 8).all(|p| bloom[p / 8] & (1 << (p % 8)) != 0)
+}
+
+/// `bloom` folded to its first `len` bytes (a power of two no longer than it).
+fn bloom_fold(bloom: &mut [u8], len: usize) {
+    let mut n = bloom.len();
+    while n > len {
+        n /= 2;
+        let (low, high) = bloom[..2 * n].split_at_mut(n);
+        for (l, h) in low.iter_mut().zip(high.iter()) {
+            *l |= *h;
+        }
+    }
 }
 
 /// Appends flow records; see the module documentation for the guarantees.
@@ -395,6 +433,8 @@ pub struct FlowStore {
     pending_min_first: u64,
     pending_max_last: u64,
     bloom: Vec<u8>,
+    /// The format of the segment being written (1 when the store found one to go on with).
+    version: u32,
     /// Records written since the store was opened, and of those, checkpointed.
     pub appended: u64,
     pub checkpointed: u64,
@@ -410,11 +450,15 @@ impl FlowStore {
         let flows_dir = prepare_data_dir(dir, true)?;
         let mut segments = Vec::new();
         let mut torn = 0;
+        let mut version = SEGMENT_VERSION;
         let listed = list_segments(&flows_dir)?;
         let last = listed.len().saturating_sub(1);
         for (i, (number, path)) in listed.into_iter().enumerate() {
-            let (seg, cut) = scan_segment(number, &path, i == last)?;
+            let (seg, cut, v) = scan_segment(number, &path, i == last)?;
             torn += cut;
+            if i == last {
+                version = v;
+            }
             // A closed segment whose totals were not written (a crash right after it closed).
             if i != last && crate::totals::read(&path).is_none() {
                 crate::totals::write(&path, &crate::totals::build(&path)?)?;
@@ -437,6 +481,7 @@ impl FlowStore {
             pending_min_first: u64::MAX,
             pending_max_last: 0,
             bloom: vec![0; BLOOM_BYTES],
+            version,
             appended: 0,
             checkpointed: 0,
             recovered_torn_bytes: torn,
@@ -485,11 +530,13 @@ impl FlowStore {
         if self.pending_count == 0 {
             return Ok(());
         }
-        let mut body = Vec::with_capacity(BLOCK_FIXED + BLOOM_BYTES + self.pending.len());
+        let bloom = bloom_len(self.version, self.pending_count);
+        bloom_fold(&mut self.bloom, bloom);
+        let mut body = Vec::with_capacity(BLOCK_FIXED + bloom + self.pending.len());
         body.extend_from_slice(&self.pending_count.to_le_bytes());
         body.extend_from_slice(&self.pending_min_first.to_le_bytes());
         body.extend_from_slice(&self.pending_max_last.to_le_bytes());
-        body.extend_from_slice(&self.bloom);
+        body.extend_from_slice(&self.bloom[..bloom]);
         body.extend_from_slice(&self.pending);
         let mut block = Vec::with_capacity(BLOCK_PREFIX + body.len());
         block.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
@@ -522,6 +569,7 @@ impl FlowStore {
         let number = self.segments.last().expect("a segment").number + 1;
         let path = segment_path(&self.flows_dir, number);
         self.file = open_segment_for_append(&path)?;
+        self.version = SEGMENT_VERSION;
         self.segments.push(Segment::empty(number, path));
         Ok(())
     }
@@ -579,8 +627,8 @@ fn open_segment_for_append(path: &Path) -> Result<File, StoreError> {
 }
 
 /// Reads a segment's block headers (and, for the newest segment, checks every block so a
-/// torn tail is found and cut off). Returns the segment and the bytes cut.
-fn scan_segment(number: u64, path: &Path, newest: bool) -> Result<(Segment, u64), StoreError> {
+/// torn tail is found and cut off). Returns the segment, the bytes cut and its format.
+fn scan_segment(number: u64, path: &Path, newest: bool) -> Result<(Segment, u64, u32), StoreError> {
     let mut f = OpenOptions::new()
         .read(true)
         .write(newest)
@@ -591,51 +639,47 @@ fn scan_segment(number: u64, path: &Path, newest: bool) -> Result<(Segment, u64)
         // Created but its header never reached the disk: start it again.
         f.set_len(0).map_err(io_err(path))?;
         let seg = Segment::empty(number, path.to_path_buf());
-        return Ok((seg, len));
+        return Ok((seg, len, SEGMENT_VERSION));
     }
-    check_segment_header(&mut f, path)?;
+    let version = check_segment_header(&mut f, path)?;
     let mut seg = Segment::empty(number, path.to_path_buf());
     let mut offset = SEGMENT_HEADER as u64;
     loop {
-        match read_block_header(&mut f, offset, len).map_err(io_err(path))? {
+        let bad_at = match read_block_header(&f, offset, len, version).map_err(io_err(path))? {
             Next::End => break,
-            Next::Bad { offset, why } => {
-                if newest {
-                    f.set_len(offset).map_err(io_err(path))?;
-                    f.sync_all().map_err(io_err(path))?;
-                    return Ok((seg, len - offset));
-                }
+            Next::Bad { offset, why } if !newest => {
                 return Err(StoreError::Corrupt {
                     path: path.to_path_buf(),
                     offset,
                     why,
-                });
+                })
             }
+            Next::Bad { offset, .. } => Some(offset),
             Next::Block(h) => {
-                let mut fixed = [0u8; BLOCK_FIXED];
-                f.read_exact(&mut fixed).map_err(io_err(path))?;
-                if newest {
-                    // Only the newest segment can end in a torn block: check its CRCs.
-                    let mut body = fixed.to_vec();
-                    body.resize(h.body_len, 0);
-                    f.read_exact(&mut body[BLOCK_FIXED..])
-                        .map_err(io_err(path))?;
-                    if crc32fast::hash(&body) != h.crc {
-                        f.set_len(offset).map_err(io_err(path))?;
-                        f.sync_all().map_err(io_err(path))?;
-                        return Ok((seg, len - offset));
-                    }
+                // Only the newest segment can end in a torn block: check its CRCs.
+                let torn =
+                    newest && crc32fast::hash(&read_body(&f, &h).map_err(io_err(path))?) != h.crc;
+                if !torn {
+                    seg.add_block(&h);
                 }
-                let b = Block::parse(fixed.to_vec());
-                seg.records += b.count as u64;
-                seg.min_first_ms = seg.min_first_ms.min(b.min_first_ms);
-                seg.max_last_ms = seg.max_last_ms.max(b.max_last_ms);
-                offset += (BLOCK_PREFIX + h.body_len) as u64;
-                seg.bytes = offset;
+                torn.then_some(offset)
             }
+        };
+        if let Some(at) = bad_at {
+            f.set_len(at).map_err(io_err(path))?;
+            f.sync_all().map_err(io_err(path))?;
+            return Ok((seg, len - at, version));
         }
+        offset = seg.bytes;
     }
-    Ok((seg, 0))
+    Ok((seg, 0, version))
+}
+
+/// A block's body (everything after its CRC).
+fn read_body(f: &File, h: &BlockHeader) -> io::Result<Vec<u8>> {
+    let mut body = vec![0u8; h.body_len];
+    f.read_exact_at(&mut body, h.body_at())?;
+    Ok(body)
 }
 
 /// What a flow query selects. Every filter is optional; a flow matches when all given ones do.
@@ -684,21 +728,10 @@ impl Network {
 }
 
 impl Filter {
-    fn block_may_match(&self, b: &Block) -> bool {
-        if let Some(from) = self.from_ms {
-            if b.max_last_ms < from {
-                return false;
-            }
-        }
-        if let Some(to) = self.to_ms {
-            if b.min_first_ms > to {
-                return false;
-            }
-        }
-        match self.host.as_ref().and_then(Network::single) {
-            Some(addr) => bloom_may_contain(b.bloom(), addr),
-            None => true,
-        }
+    /// Whether a block with these times can hold a matching flow.
+    fn block_time_may_match(&self, h: &BlockHeader) -> bool {
+        self.from_ms.is_none_or(|from| h.max_last_ms >= from)
+            && self.to_ms.is_none_or(|to| h.min_first_ms <= to)
     }
 
     pub fn matches(&self, s: &Summary) -> bool {
@@ -801,10 +834,11 @@ pub(crate) fn scan_file(
     if len < SEGMENT_HEADER as u64 && newest {
         return Ok(ControlFlow::Continue(()));
     }
-    check_segment_header(&mut f, path)?;
+    let version = check_segment_header(&mut f, path)?;
+    let single_host = filter.host.as_ref().and_then(Network::single);
     let mut offset = SEGMENT_HEADER as u64;
     loop {
-        let h = match read_block_header(&mut f, offset, len).map_err(io_err(path))? {
+        let h = match read_block_header(&f, offset, len, version).map_err(io_err(path))? {
             Next::End => break,
             // The writer's block in progress (or a torn one it will cut off).
             Next::Bad { .. } if newest => break,
@@ -817,18 +851,23 @@ pub(crate) fn scan_file(
             }
             Next::Block(h) => h,
         };
-        let mut fixed = [0u8; BLOCK_FIXED + BLOOM_BYTES];
-        f.read_exact(&mut fixed).map_err(io_err(path))?;
-        let head = Block::parse(fixed.to_vec());
         offset += (BLOCK_PREFIX + h.body_len) as u64;
-        if !filter.block_may_match(&head) {
+        // Skipped by its times (read with the header), then by its bloom filter (read alone),
+        // before its records are read.
+        if !filter.block_time_may_match(&h) {
             stats.blocks_skipped += 1;
             continue;
         }
-        let mut body = fixed.to_vec();
-        body.resize(h.body_len, 0);
-        f.read_exact(&mut body[BLOCK_FIXED + BLOOM_BYTES..])
-            .map_err(io_err(path))?;
+        if let Some(addr) = single_host {
+            let mut bloom = vec![0u8; h.bloom];
+            f.read_exact_at(&mut bloom, h.body_at() + BLOCK_FIXED as u64)
+                .map_err(io_err(path))?;
+            if !bloom_may_contain(&bloom, addr) {
+                stats.blocks_skipped += 1;
+                continue;
+            }
+        }
+        let body = read_body(&f, &h).map_err(io_err(path))?;
         if crc32fast::hash(&body) != h.crc {
             if newest {
                 break;
@@ -840,10 +879,9 @@ pub(crate) fn scan_file(
             });
         }
         stats.blocks_read += 1;
-        let block = Block::parse(body);
+        let recs = &body[BLOCK_FIXED + h.bloom..];
         let mut at = 0;
-        let recs = block.records();
-        for _ in 0..block.count {
+        for _ in 0..h.count {
             let (summary, used) =
                 codec::decode_summary(&recs[at..]).map_err(|e| StoreError::Corrupt {
                     path: path.to_path_buf(),

@@ -355,3 +355,176 @@ fn segment_totals_answer_top_lists_exactly() {
     assert!(crate::totals::read(&segs[2]).is_some());
     fs::remove_dir_all(&dir).unwrap();
 }
+
+/// A format 1 segment as sonde wrote it before format 2: every bloom filter BLOOM_BYTES long.
+fn write_format1_segment(path: &Path, blocks: &[Vec<FlowRecord>]) {
+    let mut out = Vec::new();
+    out.extend_from_slice(SEGMENT_MAGIC);
+    out.extend_from_slice(&1u32.to_le_bytes());
+    out.extend_from_slice(&[0; 4]);
+    for recs in blocks {
+        let mut bloom = vec![0u8; BLOOM_BYTES];
+        let mut encoded = Vec::new();
+        let (mut first, mut last) = (u64::MAX, 0);
+        for r in recs {
+            codec::encode(r, &mut encoded);
+            first = first.min(r.flow.first_ns / 1_000_000);
+            last = last.max(r.flow.last_ns / 1_000_000);
+            bloom_add(&mut bloom, &r.flow.key.addr_a);
+            bloom_add(&mut bloom, &r.flow.key.addr_b);
+        }
+        let mut body = Vec::new();
+        body.extend_from_slice(&(recs.len() as u32).to_le_bytes());
+        body.extend_from_slice(&first.to_le_bytes());
+        body.extend_from_slice(&last.to_le_bytes());
+        body.extend_from_slice(&bloom);
+        body.extend_from_slice(&encoded);
+        out.extend_from_slice(&BLOCK_MAGIC.to_le_bytes());
+        out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+        out.extend_from_slice(&crc32fast::hash(&body).to_le_bytes());
+        out.extend_from_slice(&body);
+    }
+    fs::write(path, out).unwrap();
+}
+
+fn segment_version(path: &Path) -> u32 {
+    let b = fs::read(path).unwrap();
+    u32::from_le_bytes(b[8..12].try_into().unwrap())
+}
+
+fn host_filter(r: &FlowRecord) -> Filter {
+    Filter {
+        host: Some(Network {
+            addr: r.flow.key.addr_a,
+            ip_version: 4,
+            prefix: 32,
+        }),
+        ..Filter::default()
+    }
+}
+
+#[test]
+fn format_1_segments_are_read_and_appended_to_in_format_1() {
+    let dir = tmp("format1");
+    let flows = prepare_data_dir(&dir, true).unwrap();
+    let old: Vec<FlowRecord> = (0..30).map(record).collect();
+    write_format1_segment(
+        &flows.join("0000000001.sfl"),
+        &[old[..10].to_vec(), old[10..20].to_vec()],
+    );
+    write_format1_segment(&flows.join("0000000002.sfl"), &[old[20..].to_vec()]);
+    // Tiny segments: the first block written after the reopen closes segment 2.
+    let retention = Retention {
+        segment_bytes: 1,
+        ..Retention::default()
+    };
+    let mut s = FlowStore::open(&dir, retention).unwrap();
+    assert_eq!(s.segments().iter().map(|g| g.records).sum::<u64>(), 30);
+    // The totals of closed segment 1 were built from its format 1 blocks.
+    assert!(crate::totals::read(&flows.join("0000000001.sfl")).is_some());
+    let new: Vec<FlowRecord> = (30..40).map(record).collect();
+    for r in &new[..5] {
+        s.append(r).unwrap();
+    }
+    s.checkpoint().unwrap();
+    for r in &new[5..] {
+        s.append(r).unwrap();
+    }
+    s.checkpoint().unwrap();
+    drop(s);
+    // Appended to segment 2 in its format; the next segment is a new one in format 2.
+    assert_eq!(segment_version(&flows.join("0000000002.sfl")), 1);
+    assert_eq!(
+        segment_version(&flows.join("0000000003.sfl")),
+        SEGMENT_VERSION
+    );
+    let want: Vec<String> = old.iter().chain(&new).map(json).collect();
+    let got: Vec<String> = all(&dir).iter().map(json).collect();
+    assert_eq!(got, want);
+    // Bloom filters of both formats find each host and rule out the other blocks.
+    let reader = FlowReader::open(&dir).unwrap();
+    for r in old.iter().chain(&new) {
+        let (found, stats) = query::flows(&reader, &host_filter(r), 0, 10).unwrap();
+        assert_eq!(found.iter().map(json).collect::<Vec<_>>(), vec![json(r)]);
+        assert!(stats.blocks_skipped >= 3, "{stats:?}");
+    }
+    // Top lists over both formats, from totals and from scans, agree with a plain count.
+    let from = old[0].flow.first_ns / 1_000_000;
+    let to = new[9].flow.last_ns / 1_000_000;
+    let filter = Filter {
+        from_ms: Some(from),
+        to_ms: Some(to),
+        ..Filter::default()
+    };
+    let (top, _) = query::top_hosts(&reader, &filter, query::Metric::Bytes, 5).unwrap();
+    let all_recs: Vec<FlowRecord> = old.iter().chain(&new).cloned().collect();
+    let want = expected_top(&all_recs, from, to, 5);
+    assert_eq!(
+        top.iter().map(|(h, t)| (h.0, t.bytes)).collect::<Vec<_>>(),
+        want
+    );
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn quiet_blocks_have_small_bloom_filters() {
+    // A checkpoint a second on a quiet link: a block per flow.
+    let dir = tmp("quiet");
+    let mut s = FlowStore::open(&dir, Retention::default()).unwrap();
+    let recs: Vec<FlowRecord> = (0..100).map(record).collect();
+    let mut record_bytes = 0;
+    for r in &recs {
+        let mut e = Vec::new();
+        codec::encode(r, &mut e);
+        record_bytes += e.len();
+        s.append(r).unwrap();
+        s.checkpoint().unwrap();
+    }
+    let overhead = (BLOCK_PREFIX + BLOCK_FIXED + MIN_BLOOM_BYTES) * recs.len();
+    assert_eq!(
+        s.bytes(),
+        (SEGMENT_HEADER + overhead + record_bytes) as u64,
+        "each block: its header, a {MIN_BLOOM_BYTES}-byte bloom filter and its record"
+    );
+    drop(s);
+    let reader = FlowReader::open(&dir).unwrap();
+    for r in &recs {
+        let (found, stats) = query::flows(&reader, &host_filter(r), 0, 10).unwrap();
+        assert_eq!(found.iter().map(json).collect::<Vec<_>>(), vec![json(r)]);
+        // The others are ruled out by their bloom filters (a false positive is possible).
+        assert!(stats.blocks_skipped >= 95, "{stats:?}");
+    }
+    // A time range reads only the blocks inside it.
+    let t = |i: usize| recs[i].flow.first_ns / 1_000_000;
+    let filter = Filter {
+        from_ms: Some(t(90)),
+        ..Filter::default()
+    };
+    let (found, stats) = query::flows(&reader, &filter, 0, 1000).unwrap();
+    assert_eq!(found.len(), 10);
+    assert_eq!((stats.blocks_read, stats.blocks_skipped), (10, 90));
+    fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn folded_bloom_filters_keep_every_address() {
+    for count in [1u32, 2, 31, 32, 33, 100, 1000, 2048, 4095, 4096] {
+        let len = bloom_len(2, count);
+        assert!(len.is_power_of_two() && (MIN_BLOOM_BYTES..=BLOOM_BYTES).contains(&len));
+        assert!(len >= (2 * count as usize).min(BLOOM_BYTES));
+        let mut bloom = vec![0u8; BLOOM_BYTES];
+        let addrs: Vec<[u8; 16]> = (0..2 * count)
+            .map(|i| {
+                let mut a = [0u8; 16];
+                a[..4].copy_from_slice(&(0x0a00_0000 + i * 7919).to_be_bytes());
+                a
+            })
+            .collect();
+        for a in &addrs {
+            bloom_add(&mut bloom, a);
+        }
+        bloom_fold(&mut bloom, len);
+        assert!(addrs.iter().all(|a| bloom_may_contain(&bloom[..len], a)));
+    }
+    assert_eq!(bloom_len(1, 1), BLOOM_BYTES);
+}
