@@ -65,6 +65,8 @@ struct Detection {
     targets_overflow: u64,
     /// The interval this detection was last seen in.
     interval: u64,
+    /// Its "active" record for the API, rendered once per change rather than every second.
+    active_json: Option<Arc<Value>>,
 }
 
 #[derive(Clone, Debug, Default)]
@@ -84,8 +86,9 @@ struct DdosAcc {
 pub struct Live {
     /// The newest merged interval (top-N and anomaly lists), as JSON.
     pub interval: Option<Arc<Value>>,
-    /// Detections in progress, as JSON records.
-    pub active: Vec<Value>,
+    /// Detections in progress, as JSON records (shared: most stay the same from one second to
+    /// the next).
+    pub active: Vec<Arc<Value>>,
     /// Detections that started lately (newest last), as their latest JSON record.
     pub recent: VecDeque<Value>,
     /// Filter-set totals since the start, and the last seconds' counts.
@@ -129,6 +132,8 @@ pub struct Merger {
     anomalies: HashMap<(&'static str, HostAddr), Detection>,
     next_id: u64,
     watched: Vec<HostAddr>,
+    /// A detection began, changed or ended since [`Live::active`] was last made.
+    active_changed: bool,
     pub live: Arc<std::sync::Mutex<Live>>,
     outputs: Vec<Box<dyn Output>>,
 }
@@ -161,6 +166,7 @@ impl Merger {
             anomalies: HashMap::new(),
             next_id: 1,
             watched: Vec::new(),
+            active_changed: false,
             live: Arc::new(std::sync::Mutex::new(live)),
             outputs,
             cfg,
@@ -408,6 +414,7 @@ impl Merger {
             targets: BTreeSet::new(),
             targets_overflow: 0,
             interval: 0,
+            active_json: None,
         });
         if is_new {
             self.next_id += 1;
@@ -430,6 +437,8 @@ impl Merger {
         }
     }
 
+    /// Updates the watch list and [`Live::active`]. Attacks in progress change every second
+    /// and are rendered again; the interval anomalies only when an interval is merged.
     fn set_watch(&mut self) {
         let mut hosts: Vec<HostAddr> = self.attacks.keys().map(|(h, _)| *h).collect();
         hosts.sort_unstable();
@@ -438,15 +447,29 @@ impl Merger {
             self.watch.set(hosts.clone());
             self.watched = hosts;
         }
-        let mut active: Vec<&Detection> = self
+        if !self.active_changed && self.attacks.is_empty() {
+            return;
+        }
+        self.active_changed = false;
+        for d in self.attacks.values_mut() {
+            d.active_json = None;
+        }
+        let mut active: Vec<&mut Detection> = self
             .attacks
-            .values()
-            .chain(self.anomalies.values())
+            .values_mut()
+            .chain(self.anomalies.values_mut())
             .collect();
         active.sort_unstable_by_key(|d| d.id);
-        let active: Vec<Value> = active
+        let app_name = &self.app_name;
+        let active: Vec<Arc<Value>> = active
             .into_iter()
-            .map(|d| Value::Object(render_detection(d, "active", &self.app_name)))
+            .map(|d| {
+                if d.active_json.is_none() {
+                    let rendered = render_detection(d, "active", app_name);
+                    d.active_json = Some(Arc::new(Value::Object(rendered)));
+                }
+                d.active_json.clone().expect("rendered above")
+            })
             .collect();
         self.live().active = active;
     }
@@ -476,6 +499,7 @@ impl Merger {
     }
 
     fn end(&mut self, mut d: Detection, last: u64) {
+        self.active_changed = true;
         d.last_seen = d.last_seen.max(last);
         let rec = self.render(&d, "end");
         self.emit(rec, false);
@@ -619,12 +643,15 @@ impl Merger {
                 targets: BTreeSet::new(),
                 targets_overflow: 0,
                 interval: start,
+                active_json: None,
             });
             if is_new {
                 self.next_id += 1;
             }
             d.last_seen = end;
             d.interval = start;
+            d.active_json = None;
+            self.active_changed = true;
             for t in targets {
                 if d.targets.len() < TARGETS_REMEMBERED {
                     d.targets.insert(t);
@@ -1081,4 +1108,111 @@ fn scan_entry(s: &Scan) -> Value {
         ScanKind::Port => "destinations",
     }] = Value::Array(s.groups.clone());
     v
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::shard::SynStats;
+
+    fn host(n: u16) -> HostAddr {
+        let mut a = [0u8; 16];
+        a[..4].copy_from_slice(&[10, 0, (n >> 8) as u8, n as u8]);
+        HostAddr::new(a, 4, 0)
+    }
+
+    /// An interval in which hosts `hosts` each sent 100 unanswered SYNs (noisy hosts).
+    fn noisy_interval(start: u64, hosts: std::ops::RangeInclusive<u16>) -> Report {
+        let counters = hosts
+            .map(|h| Counter {
+                key: host(h),
+                weight: 100,
+                error: 0,
+                value: SynStats {
+                    syn_sent: 100,
+                    tcp_packets: 100,
+                    ..SynStats::default()
+                },
+            })
+            .collect();
+        Report::Interval(Box::new(IntervalPart {
+            start,
+            end: start + 30,
+            syn: Part { counters, floor: 0 },
+            ..IntervalPart::default()
+        }))
+    }
+
+    /// A second with `flooded` (if any) receiving 50,000 packets.
+    fn second(second: u64, flooded: Option<u16>) -> Report {
+        let hosts = flooded.map(|h| {
+            let rates = Rates {
+                packets: 50_000,
+                bytes: 50_000 * 100,
+                udp: 50_000,
+                ..Rates::default()
+            };
+            (host(h), [rates, Rates::default()])
+        });
+        Report::Second(SecondReport {
+            second,
+            hosts: hosts.into_iter().collect(),
+            ..SecondReport::default()
+        })
+    }
+
+    fn active(m: &Merger) -> Vec<Arc<Value>> {
+        m.live.lock().unwrap().active.clone()
+    }
+
+    #[test]
+    fn active_records_are_rendered_when_they_change_not_every_second() {
+        let cfg = Arc::new(AnalyticsConfig::default());
+        let namer: AppNamer = Arc::new(|_| String::new());
+        let mut m = Merger::new(cfg, namer, Arc::new(WatchList::default()), Vec::new());
+        m.add(0, vec![noisy_interval(0, 1..=300)]);
+        let first = active(&m);
+        assert_eq!(first.len(), 300);
+        assert!(first
+            .iter()
+            .all(|r| r["type"] == "noisy_host" && r["last_seen"] == 30));
+
+        // Quiet seconds: the same records, not new copies.
+        m.add(0, (30..40).map(|s| second(s, None)).collect());
+        let quiet = active(&m);
+        assert!(first.iter().zip(&quiet).all(|(a, b)| Arc::ptr_eq(a, b)));
+
+        // An attack: its record is new every second, the anomalies' stay.
+        m.add(0, vec![second(40, Some(200))]);
+        let a1 = active(&m);
+        assert_eq!(a1.len(), 301);
+        let attack = |v: &[Arc<Value>]| v.iter().find(|r| r["type"] == "ddos").cloned().unwrap();
+        assert_eq!(attack(&a1)["evidence"]["seconds"], 1);
+        m.add(0, vec![second(41, Some(200))]);
+        let a2 = active(&m);
+        assert_eq!(attack(&a2)["evidence"]["seconds"], 2);
+        assert_eq!(attack(&a2)["host"], "10.0.0.200");
+        let anomalies = |v: &[Arc<Value>]| -> Vec<Arc<Value>> {
+            v.iter()
+                .filter(|r| r["type"] == "noisy_host")
+                .cloned()
+                .collect()
+        };
+        assert!(anomalies(&first)
+            .iter()
+            .zip(&anomalies(&a2))
+            .all(|(a, b)| Arc::ptr_eq(a, b)));
+
+        // The next interval: half the noisy hosts again (extended), the others ended.
+        m.add(0, vec![noisy_interval(30, 1..=150)]);
+        let next = active(&m);
+        let still = anomalies(&next);
+        assert_eq!(still.len(), 150);
+        assert!(still.iter().all(|r| r["last_seen"] == 60));
+        // The attack ends after its hold time (5 s below every threshold).
+        m.add(0, (42..50).map(|s| second(s, None)).collect());
+        assert_eq!(active(&m).len(), 150);
+        m.finish();
+        assert!(active(&m).is_empty());
+    }
 }

@@ -58,7 +58,13 @@ pub(crate) async fn anomalies(
     let limit = limit_of(&q, 100)?;
     let keep = |r: &&Value| kind.as_deref().is_none_or(|k| r["type"] == k);
     let live = v.live.lock().unwrap_or_else(|e| e.into_inner());
-    let mut active: Vec<Value> = live.active.iter().filter(keep).cloned().collect();
+    let mut active: Vec<Value> = live
+        .active
+        .iter()
+        .map(|a| a.as_ref())
+        .filter(keep)
+        .cloned()
+        .collect();
     active.sort_by(|a, b| b["first_seen"].as_u64().cmp(&a["first_seen"].as_u64()));
     let recent: Vec<Value> = live
         .recent
