@@ -16,8 +16,9 @@
 
 use serde_json::Value;
 use std::fs::{self, File, OpenOptions};
-use std::io::{self, BufRead, Write};
+use std::io::{self, Write};
 use std::path::{Path, PathBuf};
+use std::sync::Arc;
 
 const DIR: &str = "analytics";
 
@@ -172,37 +173,198 @@ pub fn read(
         .collect();
     days.sort();
     for path in days {
+        let index = match index_of(&path, time_key) {
+            Ok(Some(i)) => i,
+            Ok(None) => continue,
+            Err(e) => return Err(format!("cannot read '{}': {e}", path.display())),
+        };
+        if let Some(line) = index.bad_line {
+            return Err(format!(
+                "'{}' line {line}: not a record sonde wrote; move the file aside",
+                path.display()
+            ));
+        }
+        let wanted: Vec<&Line> = index
+            .lines
+            .iter()
+            .filter(|l| l.time >= from && l.time < to)
+            .collect();
+        if wanted.is_empty() {
+            continue;
+        }
         let f = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
             Err(e) => return Err(format!("cannot read '{}': {e}", path.display())),
         };
-        let lines: Vec<String> = io::BufReader::new(f)
-            .lines()
-            .collect::<Result<_, _>>()
-            .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
-        let n = lines.len();
-        for (i, line) in lines.into_iter().enumerate() {
-            match serde_json::from_str::<Value>(&line) {
-                Ok(v) => {
-                    let t = v[time_key].as_u64().unwrap_or(0);
-                    if t >= from && t < to {
-                        out.push(v);
-                    }
-                }
-                // The last line of a file being written may be cut mid-write: not an error.
-                Err(_) if i + 1 == n => {}
-                Err(e) => {
-                    return Err(format!(
-                        "'{}' line {}: not a record sonde wrote ({e}); move the file aside",
-                        path.display(),
-                        i + 1
-                    ))
-                }
-            }
+        for l in wanted {
+            let mut buf = vec![0u8; l.len as usize];
+            std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, l.offset)
+                .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
+            let v = serde_json::from_slice::<Value>(&buf).map_err(|e| {
+                format!(
+                    "'{}' at byte {}: not a record sonde wrote ({e}); move the file aside",
+                    path.display(),
+                    l.offset
+                )
+            })?;
+            out.push(v);
         }
     }
     Ok(out)
+}
+
+/// A complete line of a day file: where it is and the time it was read with.
+#[derive(Clone, Copy, Debug)]
+struct Line {
+    offset: u64,
+    len: u32,
+    time: u64,
+}
+
+/// The lines of one day file, by time, as far as the file had been read.
+#[derive(Clone, Debug, Default)]
+struct DayIndex {
+    /// The file's identity (device, inode): a file deleted and made again is read again.
+    id: (u64, u64),
+    /// Its modification time when indexed (nanoseconds): a file rewritten in place to the
+    /// same length is read again too.
+    mtime: i128,
+    /// Bytes indexed: the complete lines (a line still being written waits for its newline).
+    indexed: u64,
+    lines: Vec<Line>,
+    /// Complete lines so far.
+    count: usize,
+    /// A line that is not a record, with something after it (1-based).
+    bad_line: Option<usize>,
+    /// A line that is not a record, the last one so far: a crash's, unless more follows.
+    last_bad: Option<usize>,
+}
+
+/// Day files indexed lately (the API asks for the same days every few seconds): a query
+/// reads the new end of a file, then only the lines of its range.
+static INDEXES: std::sync::Mutex<Vec<(IndexKey, Arc<DayIndex>)>> =
+    std::sync::Mutex::new(Vec::new());
+/// A day file and the time key it is indexed by.
+type IndexKey = (PathBuf, String);
+/// Day files whose index is kept (an index is 24 bytes a line).
+const INDEXES_KEPT: usize = 32;
+
+/// The index of `path` by `time_key`, brought up to date (`None`: the file is gone).
+fn index_of(path: &Path, time_key: &str) -> io::Result<Option<Arc<DayIndex>>> {
+    use std::io::{Read, Seek, SeekFrom};
+    use std::os::unix::fs::MetadataExt;
+    let mut f = match File::open(path) {
+        Ok(f) => f,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = f.metadata()?;
+    let id = (meta.dev(), meta.ino());
+    let mtime = meta.mtime() as i128 * 1_000_000_000 + meta.mtime_nsec() as i128;
+    let key = (path.to_path_buf(), time_key.to_string());
+    let cached = {
+        let cache = INDEXES.lock().unwrap_or_else(|e| e.into_inner());
+        cache
+            .iter()
+            .find(|(k, _)| *k == key)
+            .map(|(_, i)| i.clone())
+    };
+    // A file only grows; one that shrank (a torn line cut at restart) or was replaced is
+    // read again from the start.
+    let mut index = match cached {
+        Some(i) if i.id == id && i.indexed == meta.len() && i.mtime == mtime => return Ok(Some(i)),
+        Some(i) if i.id == id && i.indexed < meta.len() => (*i).clone(),
+        _ => DayIndex {
+            id,
+            ..DayIndex::default()
+        },
+    };
+    f.seek(SeekFrom::Start(index.indexed))?;
+    let mut rest = Vec::new();
+    f.read_to_end(&mut rest)?;
+    let mut at = 0;
+    while let Some(nl) = rest[at..].iter().position(|&b| b == b'\n') {
+        let line = &rest[at..at + nl];
+        index.count += 1;
+        if index.last_bad.is_some() {
+            index.bad_line = index.bad_line.or(index.last_bad);
+        }
+        match std::str::from_utf8(line)
+            .ok()
+            .and_then(|l| time_of(l, time_key))
+        {
+            Some(time) => {
+                index.last_bad = None;
+                index.lines.push(Line {
+                    offset: index.indexed + at as u64,
+                    len: nl as u32,
+                    time,
+                });
+            }
+            None => match serde_json::from_slice::<Value>(line) {
+                // JSON but not an object: no time, as `v[key]` of it.
+                Ok(_) => index.last_bad = None,
+                Err(_) => index.last_bad = Some(index.count),
+            },
+        }
+        at += nl + 1;
+    }
+    // A line without its newline yet is a write in progress: the next query reads it.
+    if at < rest.len() && index.last_bad.is_some() {
+        index.bad_line = index.bad_line.or(index.last_bad);
+    }
+    index.indexed += at as u64;
+    index.mtime = mtime;
+    let index = Arc::new(index);
+    let mut cache = INDEXES.lock().unwrap_or_else(|e| e.into_inner());
+    cache.retain(|(k, _)| *k != key);
+    if cache.len() >= INDEXES_KEPT {
+        cache.remove(0);
+    }
+    cache.push((key, index.clone()));
+    Ok(Some(index))
+}
+
+/// The unsigned integer `key` of the JSON object `line` (0 when it has none, as
+/// `v[key].as_u64().unwrap_or(0)`), read without building the object; `None` when `line` is
+/// not a JSON object (the caller's full parse then says what is wrong).
+fn time_of(line: &str, key: &str) -> Option<u64> {
+    use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
+    use std::fmt;
+
+    struct TimeOf<'k>(&'k str);
+
+    impl<'de> Visitor<'de> for TimeOf<'_> {
+        type Value = u64;
+        fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
+            f.write_str("a JSON object")
+        }
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
+            let mut t = None;
+            while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
+                if k == self.0 {
+                    // The last one counts when a key repeats, as in a full parse.
+                    t = Some(map.next_value::<Value>()?.as_u64().unwrap_or(0));
+                } else {
+                    map.next_value::<IgnoredAny>()?;
+                }
+            }
+            Ok(t.unwrap_or(0))
+        }
+    }
+
+    impl<'de> DeserializeSeed<'de> for TimeOf<'_> {
+        type Value = u64;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+            d.deserialize_map(self)
+        }
+    }
+
+    let mut d = serde_json::Deserializer::from_str(line);
+    let t = TimeOf(key).deserialize(&mut d).ok()?;
+    d.end().ok()?;
+    Some(t)
 }
 
 /// The lists a query over intervals can rank.
@@ -310,6 +472,95 @@ mod tests {
         fs::write(&path, "{\"start\":1}\ngarbage\n{\"start\":2}\n").unwrap();
         let e = read(&dir, Kind::Intervals, "start", 0, 10).unwrap_err();
         assert!(e.contains("line 2"), "{e}");
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn the_time_read_alone_is_the_time_of_the_whole_record() {
+        let lines = [
+            r#"{"start": 130, "talkers": [{"host": "10.0.0.1", "start": 7}], "x": {"start": 9}}"#,
+            r#"{"a": "\"start\": 5", "start": 12}"#,
+            r#"{"start": 1, "start": 2}"#,
+            r#"{"start": "130"}"#,
+            r#"{"start": -4}"#,
+            r#"{"start": 1.5}"#,
+            r#"{"end": 3}"#,
+            r#"{}"#,
+            r#"{"start": 18446744073709551615}"#,
+        ];
+        for l in lines {
+            let v: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                time_of(l, "start"),
+                Some(v["start"].as_u64().unwrap_or(0)),
+                "{l}"
+            );
+        }
+        // Not an object, or not JSON: left to the full parse.
+        for l in [
+            "[1, 2]",
+            "7",
+            "garbage",
+            r#"{"start": 1"#,
+            r#"{"start": 1} x"#,
+        ] {
+            assert_eq!(time_of(l, "start"), None, "{l}");
+        }
+    }
+
+    #[test]
+    fn queries_follow_a_file_as_it_grows_and_is_replaced() {
+        let dir = std::env::temp_dir().join(format!("sonde-agrow-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut w = Writer::open(&dir, 0).unwrap();
+        let starts = |v: Vec<Value>| -> Vec<u64> {
+            v.iter().map(|r| r["start"].as_u64().unwrap()).collect()
+        };
+        for t in (0..300).step_by(30) {
+            w.append(Kind::Intervals, t, &json!({"start": t})).unwrap();
+        }
+        w.sync(300).unwrap();
+        assert_eq!(
+            starts(read(&dir, Kind::Intervals, "start", 200, 1000).unwrap()),
+            vec![210, 240, 270]
+        );
+        // Lines appended after a query are found by the next one, the old ones still too.
+        for t in (300..400).step_by(30) {
+            w.append(Kind::Intervals, t, &json!({"start": t, "x": "new"}))
+                .unwrap();
+        }
+        w.sync(400).unwrap();
+        assert_eq!(
+            starts(read(&dir, Kind::Intervals, "start", 200, 1000).unwrap()),
+            vec![210, 240, 270, 300, 330, 360, 390]
+        );
+        assert_eq!(
+            starts(read(&dir, Kind::Intervals, "start", 0, 60).unwrap()),
+            vec![0, 30]
+        );
+        // A line being written is not read half, nor taken as damage.
+        let path = dir.join("analytics/1970-01-01.intervals.jsonl");
+        let mut f = OpenOptions::new().append(true).open(&path).unwrap();
+        f.write_all(b"{\"start\": 420, \"x").unwrap();
+        assert!(read(&dir, Kind::Intervals, "start", 400, 1000)
+            .unwrap()
+            .is_empty());
+        f.write_all(b"\": 1}\n").unwrap();
+        drop(f);
+        assert_eq!(
+            starts(read(&dir, Kind::Intervals, "start", 400, 1000).unwrap()),
+            vec![420]
+        );
+        // The same file made again (retention, a restore): read from its start.
+        drop(w);
+        fs::remove_file(&path).unwrap();
+        let mut w = Writer::open(&dir, 0).unwrap();
+        w.append(Kind::Intervals, 5, &json!({"start": 5})).unwrap();
+        w.sync(10).unwrap();
+        assert_eq!(
+            starts(read(&dir, Kind::Intervals, "start", 0, 1000).unwrap()),
+            vec![5]
+        );
         let _ = fs::remove_dir_all(&dir);
     }
 }
