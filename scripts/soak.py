@@ -19,8 +19,8 @@ What runs at once, all on this machine:
 Every 10 s it records sonde's RSS, CPU time, threads and open files, and a few /metrics
 counters, in samples.csv. The summary (summary.md) gives RSS and CPU per 10-minute window and
 the RSS trend over the second half; the script exits non-zero when sonde died, answered a
-request with a 5xx, kept the admin out, or its RSS grew more than --max-growth or its open files
-by more than 20 over the second half.
+request with a 5xx, kept the admin out, or its RSS grew more than --max-growth, its CPU more than
+--max-cpu-growth or its open files by more than 20 over the second half.
 """
 
 from __future__ import annotations
@@ -321,6 +321,9 @@ def main() -> int:
     ap.add_argument("--garbage-rate", type=int, default=200, help="garbage datagrams a second")
     ap.add_argument("--max-growth", type=float, default=0.10,
                     help="largest RSS growth over the second half, as a fraction (default 0.10)")
+    ap.add_argument("--max-cpu-growth", type=float, default=0.25,
+                    help="largest CPU growth from the third to the last quarter of the run, as a "
+                         "fraction (default 0.25)")
     ap.add_argument("--out", type=Path, default=ROOT / "target" / "soak" / time.strftime("%Y%m%d-%H%M%S"))
     ap.add_argument("--sonde", type=Path, default=ROOT / "target" / "release" / "sonde")
     args = ap.parse_args()
@@ -478,6 +481,20 @@ def summarize(args, out, samples, api, wrong, right, garbage, proc, failures) ->
         # Open files are judged over the second half, as RSS is: the first sample is taken before
         # any traffic, and the series need 4 files per block of 4096 series active within
         # --series-reuse-after (10 min), so the count rises to a level in the first minutes.
+        # CPU is judged the same way: the last quarter of the run against the quarter before
+        # it, the load being the same in both (a few points of noise on a shared machine are
+        # allowed).
+        def cpu_between(a, b):
+            w = [s for s in samples if a <= s["t"] <= b]
+            dt = w[-1]["t"] - w[0]["t"] if len(w) >= 2 else 0
+            return (w[-1]["cpu_s"] - w[0]["cpu_s"]) / dt * 100 if dt else 0.0
+        end = samples[-1]["t"]
+        cpu3, cpu4 = cpu_between(end / 2, end * 3 / 4), cpu_between(end * 3 / 4, end)
+        lines.append(f"- CPU over the second half: {cpu3:.1f}% of a core in its first half, "
+                     f"{cpu4:.1f}% in its second.")
+        if cpu4 > cpu3 * (1 + args.max_cpu_growth) and cpu4 > cpu3 + 3:
+            failures.append(f"CPU grew from {cpu3:.1f}% to {cpu4:.1f}% of a core over the second half "
+                            f"(limit +{args.max_cpu_growth * 100:.0f}%)")
         half_fds = max(s["fds"] for s in half)
         if half_fds > half[0]["fds"] + 20:
             failures.append(f"open files grew from {half[0]['fds']} to {half_fds} over the second half")
