@@ -26,13 +26,6 @@ mod query;
 mod settings;
 mod user;
 
-/// jemalloc instead of glibc's malloc. In the soak test (BENCHMARKS.md §19) glibc gave each
-/// thread that allocates (API workers, analytics, history writers) an arena of its own, up to
-/// eight per core, and kept their freed pages: RSS grew for the whole hour though what sonde
-/// held did not. jemalloc gives unused pages back after a few seconds.
-#[global_allocator]
-static ALLOCATOR: tikv_jemallocator::Jemalloc = tikv_jemallocator::Jemalloc;
-
 fn main() -> ExitCode {
     // `sonde query …` reads a data directory, `sonde user …` edits the users file, `sonde
     // config …` checks or prints a config file; everything else runs the probe.
