@@ -1189,7 +1189,7 @@ mod tests {
         let big = ctx.socket(zmq::PUSH).unwrap();
         big.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
         big.set_linger(0).unwrap();
-        big.send(vec![b'x'; (ZMQ_MAX_MESSAGE + 1) as usize], 0)
+        big.send(&vec![b'x'; (ZMQ_MAX_MESSAGE + 1) as usize][..], 0)
             .unwrap();
         let mut got_big = false;
         for _ in 0..10 {

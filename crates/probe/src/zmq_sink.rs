@@ -293,10 +293,11 @@ impl ZmqSink {
             json.len(),
             payload.len(),
         );
+        // Slices, copied by libzmq (see `write`).
         let sent = self
             .socket
-            .send(header, zmq::SNDMORE | zmq::DONTWAIT)
-            .and_then(|_| self.socket.send(payload, zmq::DONTWAIT));
+            .send(&header[..], zmq::SNDMORE | zmq::DONTWAIT)
+            .and_then(|_| self.socket.send(&payload[..], zmq::DONTWAIT));
         match sent {
             Ok(()) => {
                 self.report.messages += 1;
@@ -375,7 +376,10 @@ impl RecordSink for ZmqSink {
         if self.ntopng.is_some() {
             return self.send_ntopng(msg, batch.len() as u64);
         }
-        match self.socket.send(msg, zmq::DONTWAIT) {
+        // A slice, which libzmq copies: the zmq crate (0.9.2) sends a `Vec` without copying but
+        // frees it as a one-byte allocation, which only glibc's size-blind `free` survives
+        // (under jemalloc, sonde crashed in that free on libzmq's I/O thread).
+        match self.socket.send(&msg[..], zmq::DONTWAIT) {
             Ok(()) => {
                 self.report.messages += 1;
                 self.report.records += batch.len() as u64;
