@@ -1,35 +1,13 @@
 //! Measurement for BENCHMARKS.md §21: 10 minutes of a busy link (1,000 flows/s, full
 //! blocks), then "top hosts over the last 10 minutes", as the console asks.
-use sonde_flow::{EndReason, Flow, FlowKey, FlowRecord};
+mod common;
+
 use sonde_history::query;
 use sonde_history::store::{Filter, FlowReader, FlowStore, Retention};
 use std::time::Instant;
 
-fn record(i: u32) -> FlowRecord {
-    let mut key = FlowKey {
-        proto: 6,
-        ip_version: 4,
-        port_a: 1024 + (i % 50_000) as u16,
-        port_b: 443,
-        ..FlowKey::default()
-    };
-    key.addr_a[..4].copy_from_slice(&(0x0a00_0000 + i % 20_000).to_be_bytes());
-    key.addr_b[..4].copy_from_slice(&(0xc0a8_0000 + i % 500).to_be_bytes());
-    let t = 1_700_000_000_000_000_000 + (i / 1000) as u64 * 1_000_000_000;
-    let flow = Flow {
-        key,
-        first_ns: t,
-        last_ns: t + 500_000_000,
-        pkts: [3, 2],
-        bytes: [1000 + i as u64, 200],
-        ..Flow::default()
-    };
-    FlowRecord {
-        flow,
-        reason: EndReason::IdleTimeout,
-        meta: None,
-        exporter: None,
-    }
+fn record(i: u32) -> sonde_flow::FlowRecord {
+    common::record(i, 1000, 20_000, 500)
 }
 
 fn main() {
