@@ -528,3 +528,34 @@ fn folded_bloom_filters_keep_every_address() {
     }
     assert_eq!(bloom_len(1, 1), BLOOM_BYTES);
 }
+
+#[test]
+fn a_record_count_that_does_not_fit_its_block_is_an_error() {
+    // Format 2 sizes a block's bloom filter by its record count: a damaged count must not
+    // send the reader past the block.
+    let dir = tmp("badcount");
+    let ret = Retention {
+        segment_bytes: 1,
+        ..Retention::default()
+    };
+    let mut s = FlowStore::open(&dir, ret).unwrap();
+    for i in 0..3 {
+        s.append(&record(i)).unwrap();
+        s.checkpoint().unwrap();
+    }
+    let first = s.segments()[0].path.clone();
+    drop(s);
+    let mut bytes = fs::read(&first).unwrap();
+    // The first block's count, after the segment header and the block prefix.
+    let at = SEGMENT_HEADER + BLOCK_PREFIX;
+    bytes[at..at + 4].copy_from_slice(&100_000u32.to_le_bytes());
+    fs::write(&first, &bytes).unwrap();
+    let reader = FlowReader::open(&dir).unwrap();
+    let err = query::flows(&reader, &Filter::default(), 0, usize::MAX).unwrap_err();
+    let msg = err.to_string();
+    assert!(msg.contains(&*first.to_string_lossy()), "{msg}");
+    assert!(msg.contains("impossible block length"), "{msg}");
+    let err = FlowStore::open(&dir, ret).err().unwrap();
+    assert!(err.to_string().contains("impossible block length"), "{err}");
+    fs::remove_dir_all(&dir).unwrap();
+}
