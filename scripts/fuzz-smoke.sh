@@ -47,9 +47,12 @@ HOST=$(rustc +nightly -vV | sed -n 's/^host: //p')
 # Release build with debug assertions (so integer overflow panics too) and AddressSanitizer.
 declare -A BIN SEEDS
 ALL=()
+fuzz_build() {
+    (cd "$1" && cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR")
+}
 for proj in "${PROJECTS[@]}"; do
     echo "fuzz: building $proj/fuzz"
-    if ! (cd "$proj" && cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR"); then
+    if ! fuzz_build "$proj"; then
         # Seen once in CI: a C compile inside a dependency's build script failed with no
         # reason in the part of the log kept. Say what the machine had left, then try once
         # more one job at a time (less memory) before giving up.
@@ -57,7 +60,7 @@ for proj in "${PROJECTS[@]}"; do
         df -h . "${TMPDIR:-/tmp}" || true
         free -m || true
         echo "fuzz: building $proj/fuzz again with one job"
-        (cd "$proj" && CARGO_BUILD_JOBS=1 cargo +nightly fuzz build --debug-assertions --target-dir "$TARGET_DIR")
+        CARGO_BUILD_JOBS=1 fuzz_build "$proj"
     fi
     for t in $(cd "$proj" && cargo +nightly fuzz list); do
         BIN[$t]=$TARGET_DIR/$HOST/release/$t
