@@ -140,7 +140,9 @@ fn cut_torn_line(f: &mut File) -> io::Result<()> {
 }
 
 /// Records of `kind` whose time (`time_key`, Unix seconds) is in `[from, to)`, oldest first.
-/// An unreadable or damaged file is an error that names it.
+/// An unreadable or damaged file is an error that names it. Every record is parsed and kept:
+/// for a page of them, or a sum over them, [`read_page`] and [`scan`] hold only what they
+/// need (a busy day's detections run to hundreds of MB of JSON, several times that parsed).
 pub fn read(
     data_dir: &Path,
     kind: Kind,
@@ -148,13 +150,53 @@ pub fn read(
     from: u64,
     to: u64,
 ) -> Result<Vec<Value>, String> {
-    let dir = data_dir.join(DIR);
-    if !dir.is_dir() {
-        return Ok(Vec::new());
-    }
     let mut out = Vec::new();
-    if to <= from {
-        return Ok(out);
+    scan(data_dir, kind, time_key, from, to, |v| {
+        out.push(v.parse()?);
+        Ok(true)
+    })?;
+    Ok(out)
+}
+
+/// One stored record, as read: its line, parsed only when asked.
+pub struct RawRecord<'a> {
+    line: &'a [u8],
+    path: &'a Path,
+    offset: u64,
+}
+
+impl RawRecord<'_> {
+    /// One top-level field of the record (null when it has none), without parsing the rest;
+    /// `None` when the line is not a JSON object.
+    pub fn field(&self, key: &str) -> Option<Value> {
+        field_of(self.line, key)
+    }
+
+    /// The record parsed; a line that is not JSON is an error naming the file and byte.
+    pub fn parse(&self) -> Result<Value, String> {
+        serde_json::from_slice::<Value>(self.line).map_err(|e| {
+            format!(
+                "'{}' at byte {}: not a record sonde wrote ({e}); move the file aside",
+                self.path.display(),
+                self.offset
+            )
+        })
+    }
+}
+
+/// Calls `visit` with each record of `kind` whose time (`time_key`, Unix seconds) is in
+/// `[from, to)`, oldest first, until it answers false. One line is in memory at a time.
+pub fn scan(
+    data_dir: &Path,
+    kind: Kind,
+    time_key: &str,
+    from: u64,
+    to: u64,
+    mut visit: impl FnMut(RawRecord<'_>) -> Result<bool, String>,
+) -> Result<(), String> {
+    let dir = data_dir.join(DIR);
+    if !dir.is_dir() || to <= from {
+        return Ok(());
     }
     // The day files present, in order; a detection may be filed under its start day, so one
     // day before the range is read too.
@@ -172,6 +214,7 @@ pub fn read(
         })
         .collect();
     days.sort();
+    let mut buf = Vec::new();
     for path in days {
         let index = match index_of(&path, time_key) {
             Ok(Some(i)) => i,
@@ -184,12 +227,12 @@ pub fn read(
                 path.display()
             ));
         }
-        let wanted: Vec<&Line> = index
+        let mut wanted = index
             .lines
             .iter()
             .filter(|l| l.time >= from && l.time < to)
-            .collect();
-        if wanted.is_empty() {
+            .peekable();
+        if wanted.peek().is_none() {
             continue;
         }
         let f = match File::open(&path) {
@@ -198,20 +241,66 @@ pub fn read(
             Err(e) => return Err(format!("cannot read '{}': {e}", path.display())),
         };
         for l in wanted {
-            let mut buf = vec![0u8; l.len as usize];
+            buf.clear();
+            buf.resize(l.len as usize, 0);
             std::os::unix::fs::FileExt::read_exact_at(&f, &mut buf, l.offset)
                 .map_err(|e| format!("cannot read '{}': {e}", path.display()))?;
-            let v = serde_json::from_slice::<Value>(&buf).map_err(|e| {
-                format!(
-                    "'{}' at byte {}: not a record sonde wrote ({e}); move the file aside",
-                    path.display(),
-                    l.offset
-                )
-            })?;
-            out.push(v);
+            let record = RawRecord {
+                line: &buf,
+                path: &path,
+                offset: l.offset,
+            };
+            if !visit(record)? {
+                return Ok(());
+            }
         }
     }
-    Ok(out)
+    Ok(())
+}
+
+/// A page of stored records: those `keep` accepts, from the `offset`-th on, at most `limit`.
+#[derive(Debug)]
+pub struct Page {
+    pub rows: Vec<Value>,
+    /// More records follow the page.
+    pub more: bool,
+}
+
+/// The records of `kind` in `[from, to)` that `keep` accepts (it sees each record unparsed),
+/// skipping `offset` of them and keeping `limit`: only the page's lines are parsed whole, and
+/// the scan stops at the first record after the page.
+#[allow(clippy::too_many_arguments)]
+pub fn read_page(
+    data_dir: &Path,
+    kind: Kind,
+    time_key: &str,
+    from: u64,
+    to: u64,
+    offset: usize,
+    limit: usize,
+    keep: impl Fn(&RawRecord) -> bool,
+) -> Result<Page, String> {
+    let mut page = Page {
+        rows: Vec::new(),
+        more: false,
+    };
+    let mut seen = 0usize;
+    scan(data_dir, kind, time_key, from, to, |r| {
+        if !keep(&r) {
+            return Ok(true);
+        }
+        seen += 1;
+        if seen <= offset {
+            return Ok(true);
+        }
+        if page.rows.len() == limit {
+            page.more = true;
+            return Ok(false);
+        }
+        page.rows.push(r.parse()?);
+        Ok(true)
+    })?;
+    Ok(page)
 }
 
 /// A complete line of a day file: where it is and the time it was read with.
@@ -330,41 +419,47 @@ fn index_of(path: &Path, time_key: &str) -> io::Result<Option<Arc<DayIndex>>> {
 /// `v[key].as_u64().unwrap_or(0)`), read without building the object; `None` when `line` is
 /// not a JSON object (the caller's full parse then says what is wrong).
 fn time_of(line: &str, key: &str) -> Option<u64> {
+    field_of(line.as_bytes(), key).map(|v| v.as_u64().unwrap_or(0))
+}
+
+/// The value of the top-level `key` of the JSON object `line` (null when it has none), read
+/// without building the rest of the object; `None` when `line` is not a JSON object.
+fn field_of(line: &[u8], key: &str) -> Option<Value> {
     use serde::de::{DeserializeSeed, Deserializer, IgnoredAny, MapAccess, Visitor};
     use std::fmt;
 
-    struct TimeOf<'k>(&'k str);
+    struct FieldOf<'k>(&'k str);
 
-    impl<'de> Visitor<'de> for TimeOf<'_> {
-        type Value = u64;
+    impl<'de> Visitor<'de> for FieldOf<'_> {
+        type Value = Value;
         fn expecting(&self, f: &mut fmt::Formatter) -> fmt::Result {
             f.write_str("a JSON object")
         }
-        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<u64, A::Error> {
-            let mut t = None;
+        fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Value, A::Error> {
+            let mut v = Value::Null;
             while let Some(k) = map.next_key::<std::borrow::Cow<'de, str>>()? {
                 if k == self.0 {
                     // The last one counts when a key repeats, as in a full parse.
-                    t = Some(map.next_value::<Value>()?.as_u64().unwrap_or(0));
+                    v = map.next_value::<Value>()?;
                 } else {
                     map.next_value::<IgnoredAny>()?;
                 }
             }
-            Ok(t.unwrap_or(0))
+            Ok(v)
         }
     }
 
-    impl<'de> DeserializeSeed<'de> for TimeOf<'_> {
-        type Value = u64;
-        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<u64, D::Error> {
+    impl<'de> DeserializeSeed<'de> for FieldOf<'_> {
+        type Value = Value;
+        fn deserialize<D: Deserializer<'de>>(self, d: D) -> Result<Value, D::Error> {
             d.deserialize_map(self)
         }
     }
 
-    let mut d = serde_json::Deserializer::from_str(line);
-    let t = TimeOf(key).deserialize(&mut d).ok()?;
+    let mut d = serde_json::Deserializer::from_slice(line);
+    let v = FieldOf(key).deserialize(&mut d).ok()?;
     d.end().ok()?;
-    Some(t)
+    Some(v)
 }
 
 /// The lists a query over intervals can rank.
@@ -393,18 +488,43 @@ fn entry_key(list: &str, v: &Value) -> String {
 /// top entries only, so an entry's sum misses the intervals where it was not listed; the
 /// second value says how many intervals had cut their list (0: every sum is exact).
 pub fn top_over(intervals: &[Value], list: &str, sort: &str, n: usize) -> (Vec<Value>, usize) {
-    let mut sums: std::collections::HashMap<String, Value> = std::collections::HashMap::new();
-    let mut cut = 0;
-    let keep = |v: &Value| v.as_array().map_or(0, |a| a.len());
+    let mut top = TopOver::new(list);
     for iv in intervals {
+        top.add(iv);
+    }
+    top.finish(sort, n)
+}
+
+/// [`top_over`] one interval at a time, so a range's intervals need not all be in memory.
+pub struct TopOver {
+    list: String,
+    sums: std::collections::HashMap<String, Value>,
+    cut: usize,
+    intervals: usize,
+}
+
+impl TopOver {
+    pub fn new(list: &str) -> TopOver {
+        TopOver {
+            list: list.to_string(),
+            sums: std::collections::HashMap::new(),
+            cut: 0,
+            intervals: 0,
+        }
+    }
+
+    /// Adds one interval's entries of the list.
+    pub fn add(&mut self, iv: &Value) {
+        let list = self.list.as_str();
         let entries = &iv[list];
         let total = iv[format!("{list}_total")].as_u64().unwrap_or(0) as usize;
-        if total > keep(entries) {
-            cut += 1;
+        if total > entries.as_array().map_or(0, |a| a.len()) {
+            self.cut += 1;
         }
+        self.intervals += 1;
         for e in entries.as_array().into_iter().flatten() {
             let k = entry_key(list, e);
-            match sums.get_mut(&k) {
+            match self.sums.get_mut(&k) {
                 Some(acc) => {
                     for c in ["packets", "bytes", "flows"] {
                         if let (Some(a), Some(b)) = (acc[c].as_u64(), e[c].as_u64()) {
@@ -417,20 +537,30 @@ pub fn top_over(intervals: &[Value], list: &str, sort: &str, n: usize) -> (Vec<V
                     if let Some(o) = e.as_object_mut() {
                         o.remove("error_bytes");
                     }
-                    sums.insert(k, e);
+                    self.sums.insert(k, e);
                 }
             }
         }
     }
-    let mut out: Vec<Value> = sums.into_values().collect();
-    out.sort_by(|a, b| {
-        b[sort]
-            .as_u64()
-            .cmp(&a[sort].as_u64())
-            .then_with(|| entry_key(list, a).cmp(&entry_key(list, b)))
-    });
-    out.truncate(n);
-    (out, cut)
+
+    /// Intervals added so far.
+    pub fn intervals(&self) -> usize {
+        self.intervals
+    }
+
+    /// The `n` largest sums by `sort`, and how many intervals had their list cut.
+    pub fn finish(self, sort: &str, n: usize) -> (Vec<Value>, usize) {
+        let list = self.list.as_str();
+        let mut out: Vec<Value> = self.sums.into_values().collect();
+        out.sort_by(|a, b| {
+            b[sort]
+                .as_u64()
+                .cmp(&a[sort].as_u64())
+                .then_with(|| entry_key(list, a).cmp(&entry_key(list, b)))
+        });
+        out.truncate(n);
+        (out, self.cut)
+    }
 }
 
 #[cfg(test)]
@@ -562,5 +692,141 @@ mod tests {
             vec![5]
         );
         let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_page_parses_its_own_records_and_stops_after_them() {
+        let dir = std::env::temp_dir().join(format!("sonde-apage-{}", std::process::id()));
+        let _ = fs::remove_dir_all(&dir);
+        let mut w = Writer::open(&dir, 0).unwrap();
+        // Two days of detections, every third a scan; the second day starts at t = 86,400.
+        for i in 0..40u64 {
+            let t = i * 4_000;
+            let kind = if i % 3 == 0 { "scan" } else { "ddos" };
+            w.append(
+                Kind::Detections,
+                t,
+                &json!({"last_seen": t, "type": kind, "i": i}),
+            )
+            .unwrap();
+        }
+        w.sync(200_000).unwrap();
+        drop(w);
+        let ids =
+            |p: &Page| -> Vec<u64> { p.rows.iter().map(|r| r["i"].as_u64().unwrap()).collect() };
+        let scans = |r: &RawRecord| r.field("type").is_some_and(|t| t == "scan");
+        let all = |_: &RawRecord| true;
+        // The same pages as the whole read, filtered, then skipped and cut.
+        let whole = read(&dir, Kind::Detections, "last_seen", 10_000, 150_000).unwrap();
+        for (offset, limit) in [(0, 5), (3, 4), (0, 100), (9, 3), (11, 1), (30, 5)] {
+            let want: Vec<u64> = whole
+                .iter()
+                .filter(|r| r["type"] == "scan")
+                .skip(offset)
+                .take(limit)
+                .map(|r| r["i"].as_u64().unwrap())
+                .collect();
+            let matching = whole.iter().filter(|r| r["type"] == "scan").count();
+            let p = read_page(
+                &dir,
+                Kind::Detections,
+                "last_seen",
+                10_000,
+                150_000,
+                offset,
+                limit,
+                scans,
+            )
+            .unwrap();
+            assert_eq!(ids(&p), want, "offset {offset} limit {limit}");
+            assert_eq!(
+                p.more,
+                matching > offset + limit,
+                "offset {offset} limit {limit}"
+            );
+        }
+        let p = read_page(&dir, Kind::Detections, "last_seen", 0, 200_000, 20, 20, all).unwrap();
+        assert_eq!(ids(&p), (20..40).collect::<Vec<_>>());
+        assert!(!p.more);
+        // The scan stops when asked: a page reads one record past its end, no more.
+        let mut visited = 0;
+        scan(&dir, Kind::Detections, "last_seen", 0, 200_000, |_| {
+            visited += 1;
+            Ok(visited < 3)
+        })
+        .unwrap();
+        assert_eq!(visited, 3);
+        let visited = std::cell::Cell::new(0);
+        let counting = |_: &RawRecord| {
+            visited.set(visited.get() + 1);
+            true
+        };
+        let p = read_page(
+            &dir,
+            Kind::Detections,
+            "last_seen",
+            0,
+            200_000,
+            2,
+            5,
+            counting,
+        )
+        .unwrap();
+        assert_eq!(
+            (ids(&p), p.more, visited.get()),
+            (vec![2, 3, 4, 5, 6], true, 8)
+        );
+        let _ = fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn a_field_read_alone_is_the_field_of_the_whole_record() {
+        for l in [
+            r#"{"type": "scan", "x": {"type": "ddos"}}"#,
+            r#"{"a": "\"type\": \"x\"", "type": "ddos"}"#,
+            r#"{"type": "a", "type": "b"}"#,
+            r#"{"type": 7}"#,
+            r#"{"other": 1}"#,
+        ] {
+            let v: Value = serde_json::from_str(l).unwrap();
+            assert_eq!(
+                field_of(l.as_bytes(), "type"),
+                Some(v["type"].clone()),
+                "{l}"
+            );
+        }
+        for l in ["[1]", "garbage", r#"{"type": "scan""#] {
+            assert_eq!(field_of(l.as_bytes(), "type"), None, "{l}");
+        }
+    }
+
+    #[test]
+    fn sums_added_one_interval_at_a_time_are_the_sums_over_all() {
+        let intervals: Vec<Value> = (0..6u64)
+            .map(|i| {
+                json!({
+                    "start": i * 10,
+                    "ports": [
+                        {"proto": 6, "port": 443, "packets": i, "bytes": 100 * i, "flows": 1},
+                        {"proto": 17, "port": 53 + (i % 2), "packets": 2, "bytes": 90, "flows": i},
+                    ],
+                    "ports_total": if i == 4 { 3 } else { 2 },
+                })
+            })
+            .collect();
+        let mut top = TopOver::new("ports");
+        for iv in &intervals {
+            top.add(iv);
+        }
+        assert_eq!(top.intervals(), 6);
+        let (rows, cut) = top.finish("bytes", 2);
+        assert_eq!(
+            (rows.clone(), cut),
+            top_over(&intervals, "ports", "bytes", 2)
+        );
+        assert_eq!(cut, 1, "one interval listed 2 of its 3 ports");
+        assert_eq!(rows[0]["port"], 443);
+        assert_eq!(rows[0]["bytes"], 1500);
+        assert_eq!(rows[1]["bytes"], 270);
     }
 }

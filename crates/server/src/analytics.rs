@@ -192,14 +192,11 @@ fn data_dir(s: &AppState) -> Result<std::path::PathBuf, ApiError> {
     })
 }
 
-async fn read(
-    dir: std::path::PathBuf,
-    kind: Kind,
-    key: &'static str,
-    from: u64,
-    to: u64,
-) -> Result<Vec<Value>, ApiError> {
-    tokio::task::spawn_blocking(move || store::read(&dir, kind, key, from, to))
+/// Runs a read of the analytics store off the async workers.
+async fn blocking<T: Send + 'static>(
+    read: impl FnOnce() -> Result<T, String> + Send + 'static,
+) -> Result<T, ApiError> {
+    tokio::task::spawn_blocking(read)
         .await
         .map_err(|e| crate::internal(e.to_string()))?
         .map_err(crate::internal)
@@ -215,11 +212,22 @@ pub(crate) async fn history_intervals(
     let (from, to) = range_of(&q)?;
     let limit = limit_of(&q, 100)?;
     let offset = query_number::<usize>(&q, "offset", "a whole number expected")?.unwrap_or(0);
-    let rows = read(dir, Kind::Intervals, "start", from, to).await?;
-    let more = rows.len() > offset.saturating_add(limit);
-    let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    let page = blocking(move || {
+        store::read_page(
+            &dir,
+            Kind::Intervals,
+            "start",
+            from,
+            to,
+            offset,
+            limit,
+            |_| true,
+        )
+    })
+    .await?;
     Ok(Json(json!({
-        "from": from, "to": to, "intervals": page, "offset": offset, "limit": limit, "more": more,
+        "from": from, "to": to, "intervals": page.rows, "offset": offset, "limit": limit,
+        "more": page.more,
     }))
     .into_response())
 }
@@ -249,10 +257,19 @@ pub(crate) async fn history_top(
             "sort={sort:?}: use bytes or packets (flows for ports and apps)"
         )));
     }
-    let rows = read(dir, Kind::Intervals, "start", from, to).await?;
-    let (top, cut) = store::top_over(&rows, &list, &sort, limit);
+    let (top, cut, intervals) = blocking(move || {
+        let mut top = store::TopOver::new(&list);
+        store::scan(&dir, Kind::Intervals, "start", from, to, |r| {
+            top.add(&r.parse()?);
+            Ok(true)
+        })?;
+        let intervals = top.intervals();
+        let (rows, cut) = top.finish(&sort, limit);
+        Ok((rows, cut, intervals))
+    })
+    .await?;
     Ok(Json(json!({
-        "from": from, "to": to, "rows": top, "intervals": rows.len(), "intervals_cut": cut,
+        "from": from, "to": to, "rows": top, "intervals": intervals, "intervals_cut": cut,
     }))
     .into_response())
 }
@@ -268,15 +285,27 @@ pub(crate) async fn history_anomalies(
     let kind = type_of(&q)?;
     let limit = limit_of(&q, 100)?;
     let offset = query_number::<usize>(&q, "offset", "a whole number expected")?.unwrap_or(0);
-    let rows = read(dir, Kind::Detections, "last_seen", from, to).await?;
-    let rows: Vec<Value> = rows
-        .into_iter()
-        .filter(|r| kind.as_deref().is_none_or(|k| r["type"] == k))
-        .collect();
-    let more = rows.len() > offset.saturating_add(limit);
-    let page: Vec<Value> = rows.into_iter().skip(offset).take(limit).collect();
+    let page = blocking(move || {
+        // Only the page's records are parsed whole; the others are read for their type.
+        let keep = |r: &store::RawRecord| match &kind {
+            None => true,
+            Some(k) => r.field("type").is_some_and(|t| t == k.as_str()),
+        };
+        store::read_page(
+            &dir,
+            Kind::Detections,
+            "last_seen",
+            from,
+            to,
+            offset,
+            limit,
+            keep,
+        )
+    })
+    .await?;
     Ok(Json(json!({
-        "from": from, "to": to, "detections": page, "offset": offset, "limit": limit, "more": more,
+        "from": from, "to": to, "detections": page.rows, "offset": offset, "limit": limit,
+        "more": page.more,
     }))
     .into_response())
 }

@@ -479,7 +479,7 @@ fn range(from: &Option<String>, to: &Option<String>) -> Result<(u64, u64)> {
 }
 
 fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
-    use sonde_history::analytics::{read, top_over, Kind};
+    use sonde_history::analytics::{scan, Kind, TopOver};
     let (from, to) = range(&a.from, &a.to)?;
     let list = match a.list {
         ListArg::Talkers => "talkers",
@@ -502,8 +502,14 @@ fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
             dir.display()
         );
     }
-    let intervals = read(dir, Kind::Intervals, "start", from, to).map_err(anyhow::Error::msg)?;
-    let (rows, cut) = top_over(&intervals, list, sort, a.limit);
+    let mut top = TopOver::new(list);
+    scan(dir, Kind::Intervals, "start", from, to, |r| {
+        top.add(&r.parse()?);
+        Ok(true)
+    })
+    .map_err(anyhow::Error::msg)?;
+    let intervals = top.intervals();
+    let (rows, cut) = top.finish(sort, a.limit);
     match a.format {
         OutFormat::Jsonl => {
             for r in &rows {
@@ -553,7 +559,7 @@ fn top(dir: &std::path::Path, a: &TopArgs, out: &mut impl Write) -> Result<()> {
             writeln!(
                 out,
                 "# {} intervals from {} to {}{}",
-                intervals.len(),
+                intervals,
                 format_time(from * 1000),
                 format_time(to * 1000),
                 if cut > 0 {
