@@ -260,15 +260,15 @@ pub fn scan(
 
 /// A page of stored records: those `keep` accepts, from the `offset`-th on, at most `limit`.
 #[derive(Debug)]
-pub struct Page {
-    pub rows: Vec<Value>,
+pub struct Page<T = Value> {
+    pub rows: Vec<T>,
     /// More records follow the page.
     pub more: bool,
 }
 
 /// The records of `kind` in `[from, to)` that `keep` accepts (it sees each record unparsed),
-/// skipping `offset` of them and keeping `limit`: only the page's lines are parsed whole, and
-/// the scan stops at the first record after the page.
+/// skipping `offset` of them and keeping `limit`, parsed: only the page's lines are parsed
+/// whole, and the scan stops at the first record after the page.
 #[allow(clippy::too_many_arguments)]
 pub fn read_page(
     data_dir: &Path,
@@ -280,6 +280,50 @@ pub fn read_page(
     limit: usize,
     keep: impl Fn(&RawRecord) -> bool,
 ) -> Result<Page, String> {
+    page_of(
+        data_dir,
+        kind,
+        time_key,
+        (from, to),
+        (offset, limit),
+        keep,
+        |r| r.parse(),
+    )
+}
+
+/// The same page as [`read_page`], each record as its JSON text (one line as stored, checked
+/// as JSON when the file was indexed): a reply can carry it without parsing it.
+#[allow(clippy::too_many_arguments)]
+pub fn read_page_json(
+    data_dir: &Path,
+    kind: Kind,
+    time_key: &str,
+    from: u64,
+    to: u64,
+    offset: usize,
+    limit: usize,
+    keep: impl Fn(&RawRecord) -> bool,
+) -> Result<Page<Vec<u8>>, String> {
+    page_of(
+        data_dir,
+        kind,
+        time_key,
+        (from, to),
+        (offset, limit),
+        keep,
+        |r| Ok(r.line.to_vec()),
+    )
+}
+
+fn page_of<T>(
+    data_dir: &Path,
+    kind: Kind,
+    time_key: &str,
+    (from, to): (u64, u64),
+    (offset, limit): (usize, usize),
+    keep: impl Fn(&RawRecord) -> bool,
+    take: impl Fn(&RawRecord) -> Result<T, String>,
+) -> Result<Page<T>, String> {
     let mut page = Page {
         rows: Vec::new(),
         more: false,
@@ -297,7 +341,7 @@ pub fn read_page(
             page.more = true;
             return Ok(false);
         }
-        page.rows.push(r.parse()?);
+        page.rows.push(take(&r)?);
         Ok(true)
     })?;
     Ok(page)
@@ -748,6 +792,18 @@ mod tests {
         let p = read_page(&dir, Kind::Detections, "last_seen", 0, 200_000, 20, 20, all).unwrap();
         assert_eq!(ids(&p), (20..40).collect::<Vec<_>>());
         assert!(!p.more);
+        // As text, the same records.
+        let raw =
+            read_page_json(&dir, Kind::Detections, "last_seen", 0, 200_000, 3, 9, scans).unwrap();
+        let parsed =
+            read_page(&dir, Kind::Detections, "last_seen", 0, 200_000, 3, 9, scans).unwrap();
+        let texts: Vec<Value> = raw
+            .rows
+            .iter()
+            .map(|l| serde_json::from_slice(l).unwrap())
+            .collect();
+        assert_eq!((texts, raw.more), (parsed.rows, parsed.more));
+        assert!(raw.rows.iter().all(|l| !l.contains(&b'\n')));
         // The scan stops when asked: a page reads one record past its end, no more.
         let mut visited = 0;
         scan(&dir, Kind::Detections, "last_seen", 0, 200_000, |_| {
