@@ -935,7 +935,8 @@ pub fn plain_shape(link: LinkType, frame: &[u8], d: &Decoded) -> bool {
         // handle wants this OS's AF_INET6 but `tcpdump -r` the BSD values 24/28/30: never plain.
         LinkType::Null => ip == 4 && !v6 && frame.get(..4) == Some(&2u32.to_ne_bytes()[..]),
         LinkType::Loop => ip == 4 && !v6 && frame.get(..4) == Some(&[0, 0, 0, 2][..]),
-        LinkType::Unknown(_) => false,
+        // Left to libpcap: its PPP tests accept the framings it knows, not only sonde's.
+        LinkType::Ppp | LinkType::CHdlc | LinkType::Unknown(_) => false,
     };
     if !link_ok {
         return false;

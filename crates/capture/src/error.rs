@@ -105,7 +105,7 @@ impl fmt::Display for CaptureError {
             CaptureError::UnsupportedLinkType { path, linktype } => write!(
                 f,
                 "'{}' has link type {} which sonde does not decode (supported: Ethernet, raw IP, \
-                 Linux cooked SLL/SLL2, BSD loopback)",
+                 Linux cooked SLL/SLL2, BSD loopback, PPP, Cisco HDLC)",
                 path.display(),
                 linktype
             ),

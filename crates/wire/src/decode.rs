@@ -366,7 +366,38 @@ impl Parse<'_, '_> {
                 }
                 self.ethertype(proto, 20, 0)
             }
+            LinkType::Ppp => {
+                // HDLC-like framing adds address 0xFF and control 0x03 before the protocol.
+                let off = if d.get(..2) == Some(&[0xff, 0x03][..]) {
+                    2
+                } else {
+                    0
+                };
+                let first = u8_at(d, off).ok_or(Malformed::TruncatedLinkHeader)?;
+                // Protocol-field compression: an odd first byte is a one-byte protocol.
+                let (proto, off) = if first & 1 == 1 {
+                    (first as u16, off + 1)
+                } else {
+                    (be16(d, off).ok_or(Malformed::TruncatedLinkHeader)?, off + 2)
+                };
+                self.ppp_protocol(proto, off)
+            }
+            LinkType::CHdlc => {
+                let ethertype = be16(d, 2).ok_or(Malformed::TruncatedLinkHeader)?;
+                self.ethertype(ethertype, 4, 0)
+            }
             LinkType::Unknown(_) => Err(Malformed::UnsupportedLinktype),
+        }
+    }
+
+    /// What follows a PPP protocol field at `off` (PPP links, PPPoE).
+    #[inline]
+    fn ppp_protocol(&mut self, proto: u16, off: usize) -> Result<Outcome, Malformed> {
+        match proto {
+            0x0021 => self.ipv4(off, self.wire_len.saturating_sub(off)),
+            0x0057 => self.ipv6(off, self.wire_len.saturating_sub(off)),
+            0x0281 | 0x0283 => self.mpls(off),
+            _ => Ok(Outcome::NonIp),
         }
     }
 
@@ -412,8 +443,7 @@ impl Parse<'_, '_> {
                     // 6-byte PPPoE header, then the 2-byte PPP protocol field.
                     let ppp = be16(d, off + 6).ok_or(Malformed::TruncatedPppoe)?;
                     return match ppp {
-                        0x0021 => self.ipv4(off + 8, self.wire_len.saturating_sub(off + 8)),
-                        0x0057 => self.ipv6(off + 8, self.wire_len.saturating_sub(off + 8)),
+                        0x0021 | 0x0057 => self.ppp_protocol(ppp, off + 8),
                         _ => Ok(Outcome::NonIp),
                     };
                 }

@@ -15,6 +15,11 @@ pub enum LinkType {
     Loop,
     LinuxSll,
     LinuxSll2,
+    /// PPP (RFC 1661): the protocol field first, or after the 0xFF 0x03 of HDLC-like framing
+    /// (RFC 1662); LINKTYPE_PPP (9) and LINKTYPE_PPP_HDLC (50).
+    Ppp,
+    /// Cisco HDLC: address, control, then an EtherType (LINKTYPE_C_HDLC, 104).
+    CHdlc,
     Unknown(u32),
 }
 
@@ -25,6 +30,8 @@ impl LinkType {
             1 => LinkType::Ethernet,
             // 12 and 14 are the DLT_RAW values some BSDs used; 101 is LINKTYPE_RAW.
             12 | 14 | 101 => LinkType::Raw,
+            9 | 50 => LinkType::Ppp,
+            104 => LinkType::CHdlc,
             108 => LinkType::Loop,
             113 => LinkType::LinuxSll,
             228 => LinkType::RawIpv4,
@@ -44,6 +51,8 @@ impl LinkType {
             LinkType::RawIpv4 => 228,
             LinkType::RawIpv6 => 229,
             LinkType::LinuxSll2 => 276,
+            LinkType::Ppp => 9,
+            LinkType::CHdlc => 104,
             LinkType::Unknown(n) => n,
         }
     }
@@ -70,6 +79,8 @@ impl LinkType {
             LinkType::Loop => "loop",
             LinkType::LinuxSll => "linux-sll",
             LinkType::LinuxSll2 => "linux-sll2",
+            LinkType::Ppp => "ppp",
+            LinkType::CHdlc => "c-hdlc",
             LinkType::Unknown(_) => "unknown",
         }
     }

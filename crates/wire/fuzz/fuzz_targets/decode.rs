@@ -5,7 +5,7 @@
 //! Input layout (integers big-endian):
 //!
 //! ```text
-//! [0]     bits 0..2 = link type (LINKS[n]), bit 3 = small fragment table (16 slots)
+//! [0]     bits 0..2 and 4 = link type (LINKS[n % 10]), bit 3 = small fragment table (16 slots)
 //! then up to 16 frames, each:
 //! [0..2]  captured length (cut to what is left of the input)
 //! [2]     wire_len - captured length, in units of 16 bytes (a frame cut by the snap length)
@@ -19,7 +19,7 @@
 use sonde_wire::{Decoded, Decoder, LinkType, Outcome};
 
 /// Every link type sonde_wire decodes (`LinkType::is_supported`).
-const LINKS: [LinkType; 8] = [
+const LINKS: [LinkType; 10] = [
     LinkType::Null,
     LinkType::Ethernet,
     LinkType::Raw,
@@ -28,6 +28,8 @@ const LINKS: [LinkType; 8] = [
     LinkType::Loop,
     LinkType::LinuxSll,
     LinkType::LinuxSll2,
+    LinkType::Ppp,
+    LinkType::CHdlc,
 ];
 
 const MAX_FRAMES: usize = 16;
@@ -36,7 +38,7 @@ libfuzzer_sys::fuzz_target!(|data: &[u8]| {
     let Some((&flags, mut rest)) = data.split_first() else {
         return;
     };
-    let link = LINKS[(flags & 7) as usize];
+    let link = LINKS[((flags & 7) | ((flags >> 1) & 8)) as usize % LINKS.len()];
     let cap = if flags & 8 != 0 {
         16
     } else {

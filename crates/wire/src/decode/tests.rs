@@ -439,6 +439,56 @@ fn other_link_types() {
     assert_eq!(decode(LinkType::LinuxSll2, &sll2).1.dport, 8);
 }
 
+#[test]
+fn ppp_and_cisco_hdlc_links() {
+    let ip = ipv4(17, [1, 1, 1, 1], [2, 2, 2, 2], 0, 1, &udp(7, 8, b"x"));
+    let v6 = ipv6(6, &tcp(1, 2, 3, 0x02, b""));
+    let with = |head: &[u8], body: &[u8]| [head, body].concat();
+    // PPP: bare, in HDLC-like framing, with a compressed (one-byte) protocol field.
+    for (frame, ip_offset) in [
+        (with(&[0x00, 0x21], &ip), 2),
+        (with(&[0xff, 0x03, 0x00, 0x21], &ip), 4),
+        (with(&[0xff, 0x03, 0x21], &ip), 3),
+        (with(&[0x21], &ip), 1),
+    ] {
+        let (r, d) = decode(LinkType::Ppp, &frame);
+        assert_eq!(r, Ok(Outcome::Ip), "{frame:02x?}");
+        assert_eq!(
+            (d.dport, d.ip_offset, d.ip_len),
+            (8, ip_offset, ip.len() as u32)
+        );
+    }
+    let (r, d) = decode(LinkType::Ppp, &with(&[0xff, 0x03, 0x00, 0x57], &v6));
+    assert_eq!((r, d.ip_version, d.sport), (Ok(Outcome::Ip), 6, 1));
+    // LCP and a header cut short.
+    let lcp = with(&[0xff, 0x03, 0xc0, 0x21], &[1, 1, 0, 4]);
+    assert_eq!(decode(LinkType::Ppp, &lcp).0, Ok(Outcome::NonIp));
+    assert_eq!(
+        decode(LinkType::Ppp, &[0xff, 0x03, 0x00]).0,
+        Err(Malformed::TruncatedLinkHeader)
+    );
+    // Cisco HDLC: unicast and multicast address bytes, an EtherType.
+    let (r, d) = decode(LinkType::CHdlc, &with(&[0x0f, 0x00, 0x08, 0x00], &ip));
+    assert_eq!((r, d.dport, d.ip_offset), (Ok(Outcome::Ip), 8, 4));
+    let (r, d) = decode(LinkType::CHdlc, &with(&[0x8f, 0x00, 0x86, 0xdd], &v6));
+    assert_eq!((r, d.ip_version, d.ip_offset), (Ok(Outcome::Ip), 6, 4));
+    let slarp = with(&[0x8f, 0x00, 0x80, 0x35], &[0; 20]);
+    assert_eq!(decode(LinkType::CHdlc, &slarp).0, Ok(Outcome::NonIp));
+    assert_eq!(
+        decode(LinkType::CHdlc, &[0x0f, 0x00, 0x08]).0,
+        Err(Malformed::TruncatedLinkHeader)
+    );
+    // The pcap numbers.
+    for (n, lt) in [
+        (9, LinkType::Ppp),
+        (50, LinkType::Ppp),
+        (104, LinkType::CHdlc),
+    ] {
+        assert_eq!(LinkType::from_linktype(n), lt);
+        assert!(lt.is_supported());
+    }
+}
+
 /// Every prefix and every single-byte corruption of valid frames decodes or fails cleanly.
 #[test]
 fn never_panics_on_prefixes_and_bit_flips() {
@@ -496,6 +546,8 @@ fn never_panics_on_prefixes_and_bit_flips() {
                     LinkType::LinuxSll,
                     LinkType::LinuxSll2,
                     LinkType::Null,
+                    LinkType::Ppp,
+                    LinkType::CHdlc,
                 ] {
                     let _ = d.decode(lt, 0, &g, g.len() as u32, &mut out);
                 }
