@@ -285,3 +285,53 @@ def test_api_splits_hosts_and_flows(sonde_bin, corpus, tshark_tools, workdir):
             proc.send_signal(signal.SIGINT)
         proc.communicate(timeout=30)
     assert proc.returncode == 0
+
+
+def test_history_flows_carry_their_direction(sonde_bin, workdir):
+    """The flow store keeps no direction: the history API classifies its flows against the
+    local networks as a live run does, so each stored flow has the FLOW_DIRECTION that
+    `--flows-out` gave it in the run that stored it."""
+    pcap = Path(__file__).resolve().parents[2] / "samples" / "demo.pcap"
+    nets = "10.0.0.0/28,198.51.100.80/31"
+    data, out = workdir / "data", workdir / "flows.jsonl"
+    p = subprocess.run([str(sonde_bin), "-r", pcap, "--data-dir", data, "--local-networks", nets,
+                        "--flows-out", out, "--flows-format", "json", "-q"],
+                       capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+
+    def key(r):
+        return (r["PROTOCOL"], r["IPV4_SRC_ADDR"], r["L4_SRC_PORT"], r["IPV4_DST_ADDR"],
+                r["L4_DST_PORT"], r["FLOW_START_MILLISECONDS"])
+
+    written = {key(r): r["FLOW_DIRECTION"] for r in oracle.load_jsonl(str(out))}
+    assert len(set(written.values())) == 4, collections.Counter(written.values())
+    # The same data directory served by a second run (over a file that adds nothing to it).
+    empty = workdir / "empty.pcap"
+    empty.write_bytes(pcap.read_bytes()[:24])
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", empty, "--http", f"127.0.0.1:{port}", "--no-auth", "--duration",
+         "60", "--data-dir", data, "--local-networks", nets, "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 30
+        while True:
+            try:
+                get_json(base, "/api/v1/health")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline and proc.poll() is None, "the API never answered"
+                time.sleep(0.2)
+        stored, offset = {}, 0
+        while True:
+            page = get_json(base, f"/api/v1/history/flows?from=0&to=4000000000&limit=1000"
+                                  f"&offset={offset}")
+            stored.update({key(r): r.get("FLOW_DIRECTION") for r in page["flows"]})
+            offset += len(page["flows"])
+            if not page["more"]:
+                break
+        assert offset == len(written) and stored == written
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)

@@ -126,6 +126,7 @@ pub(crate) async fn flows(
     let filter = filter_of(&q)?;
     let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 50)?;
+    let local = s.view.local_networks().clone();
     let body = blocking(move || {
         // One more than the page, to tell whether another page follows.
         let mut rows = match src {
@@ -139,6 +140,11 @@ pub(crate) async fn flows(
         };
         let more = rows.len() > limit;
         rows.truncate(limit);
+        if !local.is_empty() {
+            for r in &mut rows {
+                r.flow.locality = locality_of(&local, &r.flow.key);
+            }
+        }
         let mut lines = Vec::new();
         let mut w = FlowWriter::new(&mut lines, Format::Json);
         for r in &rows {
@@ -162,6 +168,21 @@ pub(crate) async fn flows(
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
+}
+
+/// A stored flow's ends against the local networks as they are now (the store keeps no
+/// locality), as the engine classifies a live flow: so `FLOW_DIRECTION` comes out in history
+/// as in `--flows-out`.
+fn locality_of(local: &sonde_analytics::Networks, key: &sonde_flow::FlowKey) -> u8 {
+    use sonde_flow::locality::{A, B, CLASSIFIED};
+    let mut l = CLASSIFIED;
+    if local.contains_addr(&key.addr_a, key.ip_version) {
+        l |= A;
+    }
+    if local.contains_addr(&key.addr_b, key.ip_version) {
+        l |= B;
+    }
+    l
 }
 
 /// `GET /api/v1/history/top/{hosts|apps}?from=&to=&…&sort=bytes|packets|flows&offset=&limit=`:
