@@ -3,8 +3,8 @@
 # first input byte picking it, and `dispatch`, the whole DPI engine;
 # crates/analytics/fuzz: `filter_expr` and `bpf`; crates/wire/fuzz: `decode`;
 # crates/flowproto/fuzz: `collect`; crates/capture/fuzz: `pcap_file`; crates/export/fuzz:
-# `zmq_json`; crates/history/fuzz: `filter_text`; crates/sonde/fuzz: `config_file`;
-# crates/scripts/fuzz: `lua`) and runs each for a few seconds from its seed corpus. Exits
+# `zmq_json` and `ntopng_zmq`; crates/history/fuzz: `filter_text`; crates/sonde/fuzz:
+# `config_file`; crates/scripts/fuzz: `lua`) and runs each for a few seconds from its seed corpus. Exits
 # non-zero when a target crashes (panic, sanitizer report, timeout, out of memory) and prints
 # per target the executions done (libFuzzer's final "Done N runs" line).
 #

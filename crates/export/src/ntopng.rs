@@ -474,4 +474,29 @@ mod tests {
         assert_eq!(l["IPV4_SRC_ADDR"], "10.0.0.1");
         assert_eq!(l["99999"], 1);
     }
+
+    #[test]
+    fn the_fuzz_seeds_are_whole_messages_of_every_layout() {
+        // crates/export/fuzz's ntopng_zmq target starts from these: each must reach the flow
+        // decoder (header length byte, header, payload), or fuzzing starts at the header.
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fuzz/corpus/ntopng_zmq");
+        let mut layouts = std::collections::BTreeSet::new();
+        for e in std::fs::read_dir(&dir).unwrap() {
+            let path = e.unwrap().path();
+            let data = std::fs::read(&path).unwrap();
+            let (header, payload) = data[1..].split_at(data[0] as usize);
+            let h = decode_header(header).unwrap();
+            assert!(h.is_flow(), "{}", path.display());
+            let json = payload_json(&h, payload, 1 << 20).unwrap();
+            let r = crate::ingest::flows_from_ntopng_json(&json);
+            assert_eq!(
+                (r.flows.len(), r.errors.len()),
+                (1, 0),
+                "{}",
+                path.display()
+            );
+            layouts.insert(format!("{:?}", h.layout));
+        }
+        assert_eq!(layouts.len(), 4, "{layouts:?}");
+    }
 }
