@@ -321,19 +321,9 @@ impl Engine {
     /// networks).
     #[inline]
     fn locality_of(&self, key: &FlowKey) -> u8 {
-        match self.local.as_deref() {
-            None => 0,
-            Some(nets) => {
-                let mut l = locality::CLASSIFIED;
-                if nets.contains_addr(&key.addr_a, key.ip_version) {
-                    l |= locality::A;
-                }
-                if nets.contains_addr(&key.addr_b, key.ip_version) {
-                    l |= locality::B;
-                }
-                l
-            }
-        }
+        self.local
+            .as_deref()
+            .map_or(0, |nets| locality::of(nets, key))
     }
 
     /// Turns application detection on (with this detector set) or off.

@@ -269,6 +269,19 @@ pub mod locality {
     /// Local networks are set: the flow was classified (without them no flow is, and the
     /// outputs leave its direction out).
     pub const CLASSIFIED: u8 = 0x80;
+
+    /// The locality bits of a flow with `key` against the local networks `nets`.
+    #[inline]
+    pub fn of(nets: &sonde_analytics::Networks, key: &crate::key::FlowKey) -> u8 {
+        let mut l = CLASSIFIED;
+        if nets.contains_addr(&key.addr_a, key.ip_version) {
+            l |= A;
+        }
+        if nets.contains_addr(&key.addr_b, key.ip_version) {
+            l |= B;
+        }
+        l
+    }
 }
 
 /// Where a flow goes relative to the local networks (`--local-networks`), client → server:

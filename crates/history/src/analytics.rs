@@ -260,15 +260,15 @@ pub fn scan(
 
 /// A page of stored records: those `keep` accepts, from the `offset`-th on, at most `limit`.
 #[derive(Debug)]
-pub struct Page<T = Value> {
-    pub rows: Vec<T>,
+pub struct Page {
+    pub rows: Vec<Value>,
     /// More records follow the page.
     pub more: bool,
 }
 
 /// The records of `kind` in `[from, to)` that `keep` accepts (it sees each record unparsed),
-/// skipping `offset` of them and keeping `limit`, parsed: only the page's lines are parsed
-/// whole, and the scan stops at the first record after the page.
+/// skipping `offset` of them and keeping `limit`: only the page's lines are parsed whole, and
+/// the scan stops at the first record after the page.
 #[allow(clippy::too_many_arguments)]
 pub fn read_page(
     data_dir: &Path,
@@ -280,50 +280,6 @@ pub fn read_page(
     limit: usize,
     keep: impl Fn(&RawRecord) -> bool,
 ) -> Result<Page, String> {
-    page_of(
-        data_dir,
-        kind,
-        time_key,
-        (from, to),
-        (offset, limit),
-        keep,
-        |r| r.parse(),
-    )
-}
-
-/// The same page as [`read_page`], each record as its JSON text (one line as stored, checked
-/// as JSON when the file was indexed): a reply can carry it without parsing it.
-#[allow(clippy::too_many_arguments)]
-pub fn read_page_json(
-    data_dir: &Path,
-    kind: Kind,
-    time_key: &str,
-    from: u64,
-    to: u64,
-    offset: usize,
-    limit: usize,
-    keep: impl Fn(&RawRecord) -> bool,
-) -> Result<Page<Vec<u8>>, String> {
-    page_of(
-        data_dir,
-        kind,
-        time_key,
-        (from, to),
-        (offset, limit),
-        keep,
-        |r| Ok(r.line.to_vec()),
-    )
-}
-
-fn page_of<T>(
-    data_dir: &Path,
-    kind: Kind,
-    time_key: &str,
-    (from, to): (u64, u64),
-    (offset, limit): (usize, usize),
-    keep: impl Fn(&RawRecord) -> bool,
-    take: impl Fn(&RawRecord) -> Result<T, String>,
-) -> Result<Page<T>, String> {
     let mut page = Page {
         rows: Vec::new(),
         more: false,
@@ -341,7 +297,7 @@ fn page_of<T>(
             page.more = true;
             return Ok(false);
         }
-        page.rows.push(take(&r)?);
+        page.rows.push(r.parse()?);
         Ok(true)
     })?;
     Ok(page)
@@ -527,19 +483,10 @@ fn entry_key(list: &str, v: &Value) -> String {
     }
 }
 
-/// Ranks the entries of `list` over several intervals: packets, bytes (and flows) added up per
-/// entry, sorted by `sort` (`bytes`, `packets` or `flows`), `n` first. Each interval holds its
-/// top entries only, so an entry's sum misses the intervals where it was not listed; the
-/// second value says how many intervals had cut their list (0: every sum is exact).
-pub fn top_over(intervals: &[Value], list: &str, sort: &str, n: usize) -> (Vec<Value>, usize) {
-    let mut top = TopOver::new(list);
-    for iv in intervals {
-        top.add(iv);
-    }
-    top.finish(sort, n)
-}
-
-/// [`top_over`] one interval at a time, so a range's intervals need not all be in memory.
+/// Ranks the entries of `list` over several intervals, added one at a time (a range's intervals
+/// need not all be in memory): packets, bytes (and flows) added up per entry. Each interval holds
+/// its top entries only, so an entry's sum misses the intervals where it was not listed;
+/// [`TopOver::finish`] also says how many intervals had cut their list (0: every sum is exact).
 pub struct TopOver {
     list: String,
     sums: std::collections::HashMap<String, Value>,
@@ -792,18 +739,6 @@ mod tests {
         let p = read_page(&dir, Kind::Detections, "last_seen", 0, 200_000, 20, 20, all).unwrap();
         assert_eq!(ids(&p), (20..40).collect::<Vec<_>>());
         assert!(!p.more);
-        // As text, the same records.
-        let raw =
-            read_page_json(&dir, Kind::Detections, "last_seen", 0, 200_000, 3, 9, scans).unwrap();
-        let parsed =
-            read_page(&dir, Kind::Detections, "last_seen", 0, 200_000, 3, 9, scans).unwrap();
-        let texts: Vec<Value> = raw
-            .rows
-            .iter()
-            .map(|l| serde_json::from_slice(l).unwrap())
-            .collect();
-        assert_eq!((texts, raw.more), (parsed.rows, parsed.more));
-        assert!(raw.rows.iter().all(|l| !l.contains(&b'\n')));
         // The scan stops when asked: a page reads one record past its end, no more.
         let mut visited = 0;
         scan(&dir, Kind::Detections, "last_seen", 0, 200_000, |_| {
@@ -857,7 +792,7 @@ mod tests {
     }
 
     #[test]
-    fn sums_added_one_interval_at_a_time_are_the_sums_over_all() {
+    fn sums_over_intervals_added_one_at_a_time() {
         let intervals: Vec<Value> = (0..6u64)
             .map(|i| {
                 json!({
@@ -876,10 +811,7 @@ mod tests {
         }
         assert_eq!(top.intervals(), 6);
         let (rows, cut) = top.finish("bytes", 2);
-        assert_eq!(
-            (rows.clone(), cut),
-            top_over(&intervals, "ports", "bytes", 2)
-        );
+        assert_eq!(rows.len(), 2);
         assert_eq!(cut, 1, "one interval listed 2 of its 3 ports");
         assert_eq!(rows[0]["port"], 443);
         assert_eq!(rows[0]["bytes"], 1500);

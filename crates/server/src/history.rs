@@ -140,9 +140,12 @@ pub(crate) async fn flows(
         };
         let more = rows.len() > limit;
         rows.truncate(limit);
+        // The store keeps no locality: stored flows are classified against the local
+        // networks as they are now, as the engine classifies live ones, so FLOW_DIRECTION
+        // comes out as in --flows-out.
         if !local.is_empty() {
             for r in &mut rows {
-                r.flow.locality = locality_of(&local, &r.flow.key);
+                r.flow.locality = sonde_flow::locality::of(&local, &r.flow.key);
             }
         }
         let mut lines = Vec::new();
@@ -168,21 +171,6 @@ pub(crate) async fn flows(
     })
     .await?;
     Ok(([(header::CONTENT_TYPE, "application/json")], body).into_response())
-}
-
-/// A stored flow's ends against the local networks as they are now (the store keeps no
-/// locality), as the engine classifies a live flow: so `FLOW_DIRECTION` comes out in history
-/// as in `--flows-out`.
-fn locality_of(local: &sonde_analytics::Networks, key: &sonde_flow::FlowKey) -> u8 {
-    use sonde_flow::locality::{A, B, CLASSIFIED};
-    let mut l = CLASSIFIED;
-    if local.contains_addr(&key.addr_a, key.ip_version) {
-        l |= A;
-    }
-    if local.contains_addr(&key.addr_b, key.ip_version) {
-        l |= B;
-    }
-    l
 }
 
 /// `GET /api/v1/history/top/{hosts|apps}?from=&to=&…&sort=bytes|packets|flows&offset=&limit=`:

@@ -442,10 +442,7 @@ impl Parse<'_, '_> {
                 ETH_PPPOE_SESSION => {
                     // 6-byte PPPoE header, then the 2-byte PPP protocol field.
                     let ppp = be16(d, off + 6).ok_or(Malformed::TruncatedPppoe)?;
-                    return match ppp {
-                        0x0021 | 0x0057 => self.ppp_protocol(ppp, off + 8),
-                        _ => Ok(Outcome::NonIp),
-                    };
+                    return self.ppp_protocol(ppp, off + 8);
                 }
                 _ => return Ok(Outcome::NonIp),
             }
