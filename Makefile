@@ -6,7 +6,7 @@ FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
 SAMPLE := samples/demo.pcap
 
-.PHONY: setup console build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
+.PHONY: setup console geoip build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
 
 setup:
 	scripts/setup.sh
@@ -17,16 +17,23 @@ console:
 	@node -e 'const [a, b] = process.versions.node.split(".").map(Number); if (a < 20 || (a === 20 && b < 19)) { console.error("make console: Vite 7 needs Node.js 20.19 or later, found " + process.version); process.exit(1); }'
 	cd console && npm ci --no-audit --no-fund && npm run build
 
+# Free GeoIP databases (countries: geo-whois-asn-country, CC0; AS numbers and names: RouteViews,
+# NRO and DB-IP data, CC BY 4.0), pinned in geoip/package-lock.json, into
+# geoip/node_modules/@ip-location-db: what `--geoip-dir` reads. ~80 MB unpacked.
+GEOIP_DIR := geoip/node_modules/@ip-location-db
+geoip:
+	cd geoip && npm ci --no-audit --no-fund
+
 build: setup console
 	$(CARGO) build --release -p sonde $(FEATURES)
 
 # The main job on the embedded default: sonde replays the bundled capture at its real pace,
 # printing a stats line per second and every flow as JSON when it ends, and keeping history in
 # ./sonde-data (the console's History page and traffic charts; it grows with each run).
-run: build
-	$(SONDE) -r $(SAMPLE) --replay loop --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data
+run: build geoip
+	$(SONDE) -r $(SAMPLE) --replay loop --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data --geoip-dir $(GEOIP_DIR)
 
-test: setup console
+test: setup console geoip
 	scripts/setup-test-deps.sh
 	$(CARGO) build --release -p sonde $(FEATURES)
 	$(CARGO) test --workspace $(FEATURES)

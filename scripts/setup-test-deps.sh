@@ -24,6 +24,8 @@
 #   aiosmtpd (pip)    the SMTP server the --notify smtp:// tests (crates/notify/tests) send to
 #   ndpi_4.2.orig.tar.gz (deb.debian.org)   nDPI 4.2's test captures and expected results,
 #                     the second DPI accuracy set (scripts/fetch-ndpi-tests.sh, into .cache/)
+#   mmdb-bin          mmdblookup (libmaxminddb), the oracle for --geoip-dir countries
+#                     (tests/system/test_geoip.py)
 #   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
 #   libndpi-bin       ndpiReader, nDPI's labels for the loopback captures in tests/dpi_loopback/
 #                     (tests/system/ndpi_reader.py)
@@ -62,13 +64,14 @@ declare -A PROBE=(
     [protobuf-compiler]="cmd:protoc"
     [clickhouse-server]="cmd:clickhouse-server"
     [rrdtool]="cmd:rrdtool"
+    [mmdb-bin]="cmd:mmdblookup"
     [libndpi-bin]="cmd:ndpiReader"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
     tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler \
-    clickhouse-server rrdtool libndpi-bin; do
+    clickhouse-server rrdtool libndpi-bin mmdb-bin; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;

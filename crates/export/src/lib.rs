@@ -15,9 +15,11 @@ pub mod schema;
 
 use sonde_dpi::meta::Value;
 use sonde_flow::{Flow, FlowRecord, Host};
+use sonde_geo::GeoDb;
 use std::fmt::Write as _;
 use std::io::{self, Write};
-use std::net::{Ipv4Addr, Ipv6Addr};
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
+use std::sync::Arc;
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Format {
@@ -33,6 +35,15 @@ pub fn format_addr(out: &mut String, addr: &[u8; 16], ip_version: u8) {
         let _ = write!(out, "{}", Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]));
     } else {
         let _ = write!(out, "{}", Ipv6Addr::from(*addr));
+    }
+}
+
+/// The address of a flow or host key as an `IpAddr`.
+pub fn ip_addr(addr: &[u8; 16], ip_version: u8) -> IpAddr {
+    if ip_version == 4 {
+        IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]))
+    } else {
+        IpAddr::V6(Ipv6Addr::from(*addr))
     }
 }
 
@@ -77,13 +88,17 @@ impl<'a> View<'a> {
 
 /// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, is_string)`;
 /// `None` marks a value that does not apply (IPv6 columns of an IPv4 flow).
-fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
+fn flow_fields(
+    r: &FlowRecord,
+    geo: Option<&GeoDb>,
+    mut field: impl FnMut(&str, Option<&str>, bool),
+) {
     match r.meta.as_deref() {
         Some(m) if !m.extra.is_empty() => {
             // A collected flow with fields sonde did not interpret: they follow, except the
             // names the record already has (a producer's SERVER_NAME, say, when sonde has one).
             let mut seen: Vec<String> = Vec::new();
-            own_fields(r, |n, v, s| {
+            own_fields(r, geo, |n, v, s| {
                 seen.push(n.to_string());
                 field(n, v, s)
             });
@@ -93,12 +108,16 @@ fn flow_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) 
                 }
             }
         }
-        _ => own_fields(r, field),
+        _ => own_fields(r, geo, field),
     }
 }
 
 /// The fields sonde itself knows for a record.
-fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
+fn own_fields(
+    r: &FlowRecord,
+    geo: Option<&GeoDb>,
+    mut field: impl FnMut(&str, Option<&str>, bool),
+) {
     let f = &r.flow;
     let v = View::of(f);
     let s = v.s();
@@ -172,6 +191,30 @@ fn own_fields(r: &FlowRecord, mut field: impl FnMut(&str, Option<&str>, bool)) {
         // With --local-networks only.
         buf.push_str(f.direction().name());
         put("FLOW_DIRECTION", &mut buf, true);
+    }
+    if let Some(g) = geo {
+        // With --geoip-dir only. AS 0 is "not known", as nProbe writes it; a country is
+        // written only when known.
+        let (a, b) = (
+            ip_addr(v.client_addr(), f.key.ip_version),
+            ip_addr(v.server_addr(), f.key.ip_version),
+        );
+        let (ga, gb) = (g.lookup(a), g.lookup(b));
+        if g.has_asns() {
+            for (name, n) in [("SRC_AS", ga.asn), ("DST_AS", gb.asn)] {
+                let _ = write!(buf, "{n}");
+                put(name, &mut buf, false);
+            }
+        }
+        for (name, c) in [
+            ("SRC_IP_COUNTRY", ga.country),
+            ("DST_IP_COUNTRY", gb.country),
+        ] {
+            if let Some(c) = c {
+                buf.push_str(c.as_str());
+                put(name, &mut buf, true);
+            }
+        }
     }
     if f.sampling > 0 {
         // A collected flow: where it came from.
@@ -322,6 +365,7 @@ pub struct FlowWriter<W: Write> {
     line: String,
     header_done: bool,
     written: u64,
+    geo: Option<Arc<GeoDb>>,
 }
 
 impl<W: Write> FlowWriter<W> {
@@ -332,7 +376,14 @@ impl<W: Write> FlowWriter<W> {
             line: String::with_capacity(1024),
             header_done: false,
             written: 0,
+            geo: None,
         }
+    }
+
+    /// Adds the country and AS of both ends to every record (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<Arc<GeoDb>>) -> FlowWriter<W> {
+        self.geo = geo;
+        self
     }
 
     pub fn write(&mut self, r: &FlowRecord) -> io::Result<()> {
@@ -341,7 +392,7 @@ impl<W: Write> FlowWriter<W> {
             Format::Json => {
                 self.line.push('{');
                 let line = &mut self.line;
-                flow_fields(r, |name, value, is_str| {
+                flow_fields(r, self.geo.as_deref(), |name, value, is_str| {
                     if let Some(v) = value {
                         if line.len() > 1 {
                             line.push(',');
@@ -368,7 +419,7 @@ impl<W: Write> FlowWriter<W> {
                     self.header_done = true;
                 }
                 let mut cols: [Option<String>; FLOW_COLUMNS.len()] = std::array::from_fn(|_| None);
-                flow_fields(r, |name, value, _| {
+                flow_fields(r, self.geo.as_deref(), |name, value, _| {
                     if let (Some(i), Some(v)) =
                         (FLOW_COLUMNS.iter().position(|c| *c == name), value)
                     {
@@ -473,6 +524,14 @@ mod tests {
         }
     }
 
+    /// [`record`] between public addresses: client 1.0.0.9, server 1.0.0.1.
+    fn public() -> FlowRecord {
+        let mut r = record();
+        r.flow.key.addr_a[..4].copy_from_slice(&[1, 0, 0, 1]);
+        r.flow.key.addr_b[..4].copy_from_slice(&[1, 0, 0, 9]);
+        r
+    }
+
     /// A record whose DPI metadata came off the wire with markup, quotes, a formula and
     /// control characters in it.
     fn hostile() -> FlowRecord {
@@ -522,8 +581,9 @@ mod tests {
         let mut v6_exported = everything();
         v6_exported.exporter = Some(("[2001:db8::1]:2055".parse().unwrap(), 0));
         let mut seen: Vec<String> = Vec::new();
-        for r in [record(), v6, everything(), v6_exported] {
-            flow_fields(&r, |name, value, is_str| {
+        let geo = test_geo();
+        for r in [record(), v6, everything(), v6_exported, public()] {
+            flow_fields(&r, Some(&geo), |name, value, is_str| {
                 if let (Some(_), Some(f)) = (value, schema::field(name)) {
                     assert_eq!(is_str, f.json_string(), "{name}: written as a string?");
                 }
@@ -545,6 +605,51 @@ mod tests {
                 f.key
             );
         }
+    }
+
+    /// 1.0.0.0/24 is in DE; 1.0.0.0–1.0.0.5 is AS 64500.
+    fn test_geo() -> GeoDb {
+        // One directory per call: tests run in parallel threads of one process.
+        static CALLS: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+        let n = CALLS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let d = std::env::temp_dir().join(format!("sonde-export-geo-{}-{n}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        std::fs::write(d.join("country-ipv4.csv"), "1.0.0.0,1.0.0.255,DE\n").unwrap();
+        std::fs::write(d.join("asn-ipv4.csv"), "1.0.0.0,1.0.0.5,64500,Test AS\n").unwrap();
+        let db = GeoDb::open_dir(&d).unwrap();
+        std::fs::remove_dir_all(&d).unwrap();
+        db
+    }
+
+    #[test]
+    fn geo_fields_are_each_ends_own_and_only_with_a_database() {
+        let json = |w: FlowWriter<Vec<u8>>, r: &FlowRecord| {
+            let mut w = w;
+            w.write(r).unwrap();
+            serde_json::from_slice::<serde_json::Value>(&w.into_inner()).unwrap()
+        };
+        let r = public(); // client 1.0.0.9, server 1.0.0.1
+        let v = json(FlowWriter::new(Vec::new(), Format::Json), &r);
+        for k in ["SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY"] {
+            assert!(v.get(k).is_none(), "{k} without --geoip-dir");
+        }
+        let geo = Some(Arc::new(test_geo()));
+        let v = json(
+            FlowWriter::new(Vec::new(), Format::Json).with_geo(geo.clone()),
+            &r,
+        );
+        assert_eq!(v["SRC_AS"], 0, "{v}");
+        assert_eq!(v["DST_AS"], 64500, "{v}");
+        assert_eq!(v["SRC_IP_COUNTRY"], "DE");
+        assert_eq!(v["DST_IP_COUNTRY"], "DE");
+        let mut outside = public();
+        outside.flow.key.addr_b[..4].copy_from_slice(&[9, 9, 9, 9]);
+        let v = json(
+            FlowWriter::new(Vec::new(), Format::Json).with_geo(geo),
+            &outside,
+        );
+        assert!(v.get("SRC_IP_COUNTRY").is_none(), "{v}");
+        assert_eq!(v["SRC_AS"], 0);
     }
 
     #[test]

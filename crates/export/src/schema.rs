@@ -65,7 +65,8 @@ pub struct Field {
     pub key: &'static str,
     pub kind: Kind,
     pub unit: &'static str,
-    /// The group it belongs to: `flow`, `collector` (collected flows only), `l7` (the label),
+    /// The group it belongs to: `flow`, `collector` (collected flows only), `geo` (with
+    /// `--geoip-dir`), `l7` (the label),
     /// or the protocol whose metadata it is.
     pub group: &'static str,
     /// The IPFIX element sonde's exporter writes it as, if it does.
@@ -142,6 +143,10 @@ const FLOW: &[Field] = &[
     f("FRAGMENTS", Count, "packets", "flow", None, Fixed, false, "IP fragments"),
     f("FLOW_END_REASON", Name, "", "flow", Some((136, 0)), Fixed, true, "why the flow was exported"),
     f("FLOW_DIRECTION", Name, "", "flow", None, Derived, false, "in, out, internal or transit by --local-networks, client to server (only with it; not kept in the history)"),
+    f("SRC_AS", Code, "", "geo", None, Derived, false, "client's AS number by --geoip-dir (0: not known; only with it)"),
+    f("DST_AS", Code, "", "geo", None, Derived, false, "server's AS number by --geoip-dir (0: not known; only with it)"),
+    f("SRC_IP_COUNTRY", Name, "", "geo", None, Derived, false, "client's country (ISO 3166 code) by --geoip-dir, when known"),
+    f("DST_IP_COUNTRY", Name, "", "geo", None, Derived, false, "server's country (ISO 3166 code) by --geoip-dir, when known"),
     f("EXPORTER_IPV4_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv4)"),
     f("EXPORTER_IPV6_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv6)"),
     f("INPUT_SNMP", Code, "", "collector", None, Fixed, true, "input interface index (NetFlow v9 element 10; not in IPFIX export)"),

@@ -176,6 +176,8 @@ pub struct ProbeConfig {
     /// `--local-networks`: flows are classified as in, out, internal or transit and hosts as
     /// local or remote (empty: no network is local, nothing is classified).
     pub local_networks: sonde_analytics::Networks,
+    /// `--geoip-dir`: country and AS of addresses, for flow records, the API and the console.
+    pub geo: Option<std::sync::Arc<sonde_geo::GeoDb>>,
 }
 
 /// Builds a flow sink, or says why it cannot (one line, naming the destination and the fix).
@@ -215,6 +217,7 @@ impl ProbeConfig {
             alerts: None,
             trigger: None,
             local_networks: sonde_analytics::Networks::default(),
+            geo: None,
         }
     }
 }

@@ -145,6 +145,7 @@ pub struct Probe {
     scripts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     trigger: Option<sonde_trigger::TriggerCapture>,
     local_networks: Arc<sonde_analytics::Networks>,
+    geo: Option<Arc<sonde_geo::GeoDb>>,
 }
 
 impl Probe {
@@ -175,6 +176,7 @@ impl Probe {
             trigger: self.trigger.clone(),
             collector: self.collector_counters.clone(),
             local_networks: self.local_networks.clone(),
+            geo: self.geo.clone(),
         }
     }
 
@@ -389,6 +391,7 @@ pub struct ProbeView {
     trigger: Option<sonde_trigger::TriggerCapture>,
     collector: Arc<CollectorCounters>,
     local_networks: Arc<sonde_analytics::Networks>,
+    geo: Option<Arc<sonde_geo::GeoDb>>,
 }
 
 impl ProbeView {
@@ -434,6 +437,11 @@ impl ProbeView {
     /// The local networks (`--local-networks`; empty: none, and nothing is classified).
     pub fn local_networks(&self) -> &sonde_analytics::Networks {
         &self.local_networks
+    }
+
+    /// The GeoIP databases (`--geoip-dir`; None without).
+    pub fn geo(&self) -> Option<&Arc<sonde_geo::GeoDb>> {
+        self.geo.as_ref()
     }
 
     /// Latest published counters of each shard.
@@ -653,7 +661,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         |e: std::io::Error| ProbeError::Config(format!("cannot start a sink thread: {e}"));
     if let Some((path, format)) = &cfg.flows_out {
         let name = format!("flows file '{}'", path.display());
-        let file = Box::new(FileSink::new(name, open_output(path)?, *format));
+        let file =
+            Box::new(FileSink::new(name, open_output(path)?, *format).with_geo(cfg.geo.clone()));
         sinks.push(
             QueuedSink::start(
                 file,
@@ -1132,6 +1141,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     }
     let mut probe = Probe {
         local_networks: Arc::new(cfg.local_networks.clone()),
+        geo: cfg.geo.clone(),
         sink_live,
         shared,
         stop,

@@ -277,6 +277,12 @@ impl<W: Write + Send> FileSink<W> {
             writer: FlowWriter::new(out, format),
         }
     }
+
+    /// Records carry the country and AS of both ends (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<std::sync::Arc<sonde_geo::GeoDb>>) -> Self {
+        self.writer = self.writer.with_geo(geo);
+        self
+    }
 }
 
 impl<W: Write + Send> RecordSink for FileSink<W> {

@@ -127,6 +127,7 @@ pub(crate) async fn flows(
     let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 50)?;
     let local = s.view.local_networks().clone();
+    let geo = s.view.geo().cloned();
     let body = blocking(move || {
         // One more than the page, to tell whether another page follows.
         let mut rows = match src {
@@ -149,7 +150,8 @@ pub(crate) async fn flows(
             }
         }
         let mut lines = Vec::new();
-        let mut w = FlowWriter::new(&mut lines, Format::Json);
+        // Countries and AS numbers are not stored either: looked up now, as for live flows.
+        let mut w = FlowWriter::new(&mut lines, Format::Json).with_geo(geo);
         for r in &rows {
             w.write(r).map_err(|e| e.to_string())?;
         }

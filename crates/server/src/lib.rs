@@ -34,6 +34,7 @@ use sonde_dpi::meta::Value as MetaValue;
 use sonde_dpi::Meta;
 use sonde_flow::host::HostKey;
 use sonde_flow::{FlowKey, FlowRow, Host, ShardStats};
+use sonde_geo::GeoDb;
 use sonde_probe::ProbeView;
 use std::collections::HashMap;
 use std::net::SocketAddr;
@@ -436,6 +437,11 @@ async fn interface(State(s): Shared) -> Json<Value> {
         // With --local-networks (else an empty list and nulls): the networks, and the IP
         // bytes and packets of flows by direction, with their rate since the previous request.
         "local_networks": local.list().iter().map(|n| n.to_string()).collect::<Vec<_>>(),
+        // With --geoip-dir: what the databases give (the console shows its geo views then).
+        "geoip": s.view.geo().map(|g| json!({
+            "countries": g.has_countries(),
+            "asns": g.has_asns(),
+        })),
         "directions": (!local.is_empty()).then(|| {
             let mut m = serde_json::Map::new();
             for d in sonde_flow::Direction::ALL {
@@ -508,12 +514,27 @@ fn add_names(view: &ProbeView, hosts: &[&Host], out: &mut [Value]) {
     }
 }
 
-fn host_json(h: &Host) -> Value {
+/// The address of a host as an `IpAddr`.
+fn host_ip(h: &Host) -> std::net::IpAddr {
+    sonde_export::ip_addr(&h.key.addr, h.key.ip_version)
+}
+
+/// Country, AS number and AS name of `ip` as JSON fields named `{prefix}country`, … (nulls
+/// when the databases do not know it); nothing without `--geoip-dir`.
+fn put_geo(v: &mut Value, prefix: &str, geo: Option<&GeoDb>, ip: std::net::IpAddr) {
+    let Some(g) = geo else { return };
+    let found = g.lookup(ip);
+    v[format!("{prefix}country")] = json!(found.country.map(|c| c.to_string()));
+    v[format!("{prefix}asn")] = json!((found.asn != 0).then_some(found.asn));
+    v[format!("{prefix}as_name")] = json!(g.as_name(found.asn, ip));
+}
+
+fn host_json(h: &Host, geo: Option<&GeoDb>) -> Value {
     let mut mac = String::new();
     if h.has_mac {
         sonde_export::format_mac(&mut mac, &h.mac);
     }
-    json!({
+    let mut v = json!({
         "ip": addr_text(&h.key.addr, h.key.ip_version),
         "vlan": h.key.vlan,
         "mac": if h.has_mac { Value::from(mac) } else { Value::Null },
@@ -528,7 +549,9 @@ fn host_json(h: &Host) -> Value {
         "local": h.local == Some(true),
         "first_seen": h.first_ns / 1_000_000_000,
         "last_seen": h.last_ns / 1_000_000_000,
-    })
+    });
+    put_geo(&mut v, "", geo, host_ip(h));
+    v
 }
 
 /// `GET /api/v1/hosts?sort=bytes&order=desc&offset=0&limit=50&q=10.0.&net=10.0.0.0/8`
@@ -566,6 +589,7 @@ async fn hosts(
         .map_err(bad)?;
     let app = app_param(&q)?;
     let local = local_param(&q)?;
+    let (country, asn) = geo_params(&s.view, &q)?;
     let name = q
         .get("name")
         .filter(|t| !t.is_empty())
@@ -608,6 +632,7 @@ async fn hosts(
             let (a, v) = (&h.key.addr, h.key.ip_version);
             net.as_ref().is_none_or(|n| n.contains_addr(a, v))
                 && local.is_none_or(|l| (h.local == Some(true)) == l)
+                && geo_matches(&s.view, country, asn, h)
                 && text.as_ref().is_none_or(|t| t.matches(a, v))
                 && app_hosts.as_ref().is_none_or(|s| s.contains(&h.key))
                 && named
@@ -619,7 +644,8 @@ async fn hosts(
         offset,
         limit,
     );
-    let mut page: Vec<Value> = rows.iter().map(|h| host_json(h)).collect();
+    let geo = s.view.geo().map(|g| &**g);
+    let mut page: Vec<Value> = rows.iter().map(|h| host_json(h, geo)).collect();
     add_names(&s.view, &rows, &mut page);
     let answer = json!({ "total": total, "offset": offset, "limit": limit, "hosts": page });
     s.memo.put(&snap, request, answer.clone());
@@ -637,16 +663,16 @@ async fn flows_json(view: &ProbeView, page: Vec<FlowRow>) -> Result<Vec<Value>, 
     Ok(page
         .iter()
         .zip(metas)
-        .map(|(f, m)| flow_json(f, m.as_deref()))
+        .map(|(f, m)| flow_json(f, m.as_deref(), view.geo().map(|g| &**g)))
         .collect())
 }
 
-fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
+fn flow_json(f: &FlowRow, meta: Option<&Meta>, geo: Option<&GeoDb>) -> Value {
     let c = f.client_dir();
     let s = 1 - c;
     let e = f.ends();
     let (ca, sa, cp, sp) = (e.client_addr, e.server_addr, e.client_port, e.server_port);
-    json!({
+    let mut v = json!({
         "client": addr_text(ca, f.key.ip_version),
         "client_port": cp,
         "server": addr_text(sa, f.key.ip_version),
@@ -664,7 +690,11 @@ fn flow_json(f: &FlowRow, meta: Option<&Meta>) -> Value {
         "last_seen_ms": f.last_ns / 1_000_000,
         "info": flow_info(meta),
         "meta": flow_meta(meta),
-    })
+    });
+    let ip = |a| sonde_export::ip_addr(a, f.key.ip_version);
+    put_geo(&mut v, "client_", geo, ip(ca));
+    put_geo(&mut v, "server_", geo, ip(sa));
+    v
 }
 
 /// Every metadata field the flow has, under its schema key (`GET /api/v1/schema`): generated
@@ -787,6 +817,51 @@ fn local_param(q: &HashMap<String, String>) -> Result<Option<bool>, ApiError> {
     }
 }
 
+/// `country=US` and `asn=15169`: hosts located there (with `--geoip-dir`; without, asking is
+/// an error that says so).
+fn geo_params(
+    view: &ProbeView,
+    q: &HashMap<String, String>,
+) -> Result<(Option<sonde_geo::Country>, Option<u32>), ApiError> {
+    let country = match q.get("country").map(String::as_str) {
+        None | Some("") => None,
+        Some(c) => Some(sonde_geo::Country::parse(c).ok_or_else(|| {
+            bad(format!(
+                "country={c:?}: use a two-letter country code (US, DE, …)"
+            ))
+        })?),
+    };
+    let asn = match q.get("asn").map(String::as_str) {
+        None | Some("") => None,
+        Some(a) => Some(
+            a.trim_start_matches("AS")
+                .parse::<u32>()
+                .map_err(|_| bad(format!("asn={a:?}: use an AS number (15169 or AS15169)")))?,
+        ),
+    };
+    if (country.is_some() || asn.is_some()) && view.geo().is_none() {
+        return Err(bad(NO_GEO.to_string()));
+    }
+    Ok((country, asn))
+}
+
+const NO_GEO: &str =
+    "no GeoIP database: start sonde with --geoip-dir DIR (`make geoip` fetches free ones)";
+
+fn geo_matches(
+    view: &ProbeView,
+    country: Option<sonde_geo::Country>,
+    asn: Option<u32>,
+    h: &Host,
+) -> bool {
+    if country.is_none() && asn.is_none() {
+        return true;
+    }
+    let Some(g) = view.geo() else { return false };
+    let ip = host_ip(h);
+    country.is_none_or(|c| g.country(ip) == Some(c)) && asn.is_none_or(|a| g.asn(ip) == a)
+}
+
 /// `direction=in|out|internal|transit`: flows of that direction.
 fn direction_param(q: &HashMap<String, String>) -> Result<Option<sonde_flow::Direction>, ApiError> {
     match q.get("direction").map(String::as_str) {
@@ -892,7 +967,8 @@ async fn host(
         .iter()
         .filter(|h| me.contains_addr(&h.key.addr, h.key.ip_version))
         .collect();
-    let mut mine: Vec<Value> = mine_hosts.iter().map(|h| host_json(h)).collect();
+    let geo = s.view.geo().map(|g| &**g);
+    let mut mine: Vec<Value> = mine_hosts.iter().map(|h| host_json(h, geo)).collect();
     add_names(&s.view, &mine_hosts, &mut mine);
     if mine.is_empty() {
         return Err(ApiError(
@@ -948,15 +1024,21 @@ async fn top(
         "applications",
         "ports",
         "protocols",
+        "countries",
+        "asns",
     ]
     .contains(&what.as_str())
     {
         return Err(ApiError(
             StatusCode::NOT_FOUND,
             format!(
-                "no top list {what:?}: talkers, destinations, applications, ports or protocols"
+                "no top list {what:?}: talkers, destinations, applications, ports, protocols, \
+                 countries or asns"
             ),
         ));
+    }
+    if what == "countries" || what == "asns" {
+        return top_places(&s, &what, n, local_param(&q)?).await;
     }
     // Split by --local-networks: hosts local or remote (talkers, destinations), flows of a
     // direction (the others).
@@ -1013,6 +1095,69 @@ async fn top(
         }
     };
     Ok(Json(json!({ "top": what, "rows": rows })).into_response())
+}
+
+/// `GET /api/v1/top/countries` and `…/asns`: the countries (ASes) whose live hosts sent and
+/// received the most bytes, with how many hosts each has; `unknown` sums the hosts the
+/// databases place nowhere (private and reserved addresses, say).
+async fn top_places(
+    s: &AppState,
+    what: &str,
+    n: usize,
+    local: Option<bool>,
+) -> Result<Response, ApiError> {
+    let Some(geo) = s.view.geo().cloned() else {
+        return Err(ApiError(StatusCode::NOT_FOUND, NO_GEO.to_string()));
+    };
+    let snap = s.cache.get().await.map_err(internal)?;
+    let by_as = what == "asns";
+    // (bytes, hosts, an address of it for the AS name), by country code or AS number.
+    let mut t: hashbrown::HashMap<u32, (u64, u64, std::net::IpAddr)> = hashbrown::HashMap::new();
+    let (mut unknown_bytes, mut unknown_hosts) = (0u64, 0u64);
+    for h in snap
+        .hosts
+        .iter()
+        .filter(|h| local.is_none_or(|l| (h.local == Some(true)) == l))
+    {
+        let ip = host_ip(h);
+        let key = if by_as {
+            geo.asn(ip)
+        } else {
+            geo.country(ip).map_or(0, |c| {
+                let b = c.as_str().as_bytes();
+                u32::from(b[0]) << 8 | u32::from(b[1])
+            })
+        };
+        let bytes = h.sent_bytes + h.rcvd_bytes;
+        if key == 0 {
+            unknown_bytes += bytes;
+            unknown_hosts += 1;
+            continue;
+        }
+        let e = t.entry(key).or_insert((0, 0, ip));
+        e.0 += bytes;
+        e.1 += 1;
+    }
+    let mut v: Vec<(u32, (u64, u64, std::net::IpAddr))> = t.into_iter().collect();
+    v.sort_by(|a, b| b.1 .0.cmp(&a.1 .0).then_with(|| a.0.cmp(&b.0)));
+    let rows: Vec<Value> = v
+        .into_iter()
+        .take(n)
+        .map(|(k, (bytes, hosts, ip))| {
+            if by_as {
+                json!({ "asn": k, "name": geo.as_name(k, ip), "bytes": bytes, "hosts": hosts })
+            } else {
+                let code = String::from_utf8_lossy(&[(k >> 8) as u8, k as u8]).into_owned();
+                json!({ "country": code, "bytes": bytes, "hosts": hosts })
+            }
+        })
+        .collect();
+    Ok(Json(json!({
+        "top": what,
+        "rows": rows,
+        "unknown": { "bytes": unknown_bytes, "hosts": unknown_hosts },
+    }))
+    .into_response())
 }
 
 /// `GET /api/v1/events`: Server-Sent Events, one `interface` event a second with the

@@ -149,6 +149,13 @@ pub struct Cli {
     /// series and the flow records. Default: no network is local (nothing is classified).
     #[arg(long, value_parser = parse_local_networks, value_name = "NETS")]
     pub local_networks: Vec<sonde_analytics::Networks>,
+    /// Country and AS number of every address, from the databases in DIR and its
+    /// subdirectories: MaxMind-format .mmdb files (GeoLite2 Country/City/ASN, DB-IP,
+    /// ip-location-db) and ip-location-db's range CSVs (asn-ipv4.csv, …). `make geoip` fetches
+    /// free ones into geoip/node_modules/@ip-location-db. Hosts, flows (SRC_AS, DST_AS,
+    /// SRC_IP_COUNTRY, DST_IP_COUNTRY), the API and the console show them.
+    #[arg(long, value_name = "DIR")]
+    pub geoip_dir: Option<PathBuf>,
     /// When the flow table is full: evict the longest-idle flows, or drop new ones.
     #[arg(long, value_enum, default_value_t = TableFullArg::Evict)]
     pub table_full: TableFullArg,

@@ -6,6 +6,7 @@ use crate::settings::{clap_error_line, parse_flags, prepare, with_config_file};
 use anyhow::{bail, Context, Result};
 use sonde_capture::{synthetic::fix_ipv4_checksum, PcapWriter, SyntheticSource, SyntheticSpec};
 use sonde_probe::format_count;
+use std::io::Write as _;
 use std::process::ExitCode;
 
 /// `sonde sources`: every kind of input, how to ask for it and what ends it.
@@ -52,6 +53,57 @@ pub(crate) fn zmq_keygen_command(args: &[String]) -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// `sonde geoip DIR ADDR…` (or addresses one per line on standard input): what the
+/// databases in DIR say of each address, one JSON line each, as `--geoip-dir DIR` gives it
+/// to hosts and flows.
+pub(crate) fn geoip_command(args: &[String]) -> ExitCode {
+    let usage = "use 'sonde geoip DIR ADDRESS…' (or addresses on standard input, one per line)";
+    let Some((dir, addrs)) = args.split_first() else {
+        eprintln!("sonde: error: geoip: {usage}");
+        return ExitCode::from(2);
+    };
+    let db = match sonde_geo::GeoDb::open_dir(std::path::Path::new(dir)) {
+        Ok(db) => db,
+        Err(e) => {
+            eprintln!("sonde: error: {e}");
+            return ExitCode::FAILURE;
+        }
+    };
+    eprintln!("sonde: {}", db.describe());
+    let from_stdin: Vec<String> = if addrs.is_empty() {
+        std::io::stdin().lines().map_while(Result::ok).collect()
+    } else {
+        Vec::new()
+    };
+    let mut out = std::io::BufWriter::new(std::io::stdout().lock());
+    let mut bad = 0;
+    for a in addrs.iter().chain(&from_stdin) {
+        let a = a.trim();
+        if a.is_empty() {
+            continue;
+        }
+        let Ok(ip) = a.parse::<std::net::IpAddr>() else {
+            eprintln!("sonde: error: geoip: {a:?} is not an IP address");
+            bad += 1;
+            continue;
+        };
+        let g = db.lookup(ip);
+        let line = serde_json::json!({
+            "ip": ip.to_string(),
+            "country": g.country.map(|c| c.to_string()),
+            "asn": (g.asn != 0).then_some(g.asn),
+            "as_name": db.as_name(g.asn, ip),
+        });
+        if writeln!(out, "{line}").is_err() {
+            return ExitCode::FAILURE;
+        }
+    }
+    if out.flush().is_err() || bad > 0 {
+        return ExitCode::FAILURE;
+    }
+    ExitCode::SUCCESS
 }
 
 pub(crate) fn schema_command(args: &[String]) -> ExitCode {

@@ -121,6 +121,8 @@ pub struct FlowsSection {
     /// `["10.0.0.0/8", "2001:db8::/32"]` (each item may be a comma list, as the flag takes).
     #[serde(default, deserialize_with = "local_networks")]
     pub local_networks: Option<Vec<sonde_analytics::Networks>>,
+    /// `--geoip-dir`.
+    pub geoip_dir: Option<PathBuf>,
 }
 
 fn local_networks<'de, D: Deserializer<'de>>(
@@ -525,6 +527,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(max_hosts, f.max_hosts);
     set!(table_full, f.table_full);
     add!(local_networks, f.local_networks);
+    set_opt!(geoip_dir, f.geoip_dir.map(path));
 
     set!(dpi, file.dpi.mode);
     add!(

@@ -42,6 +42,10 @@ fn main() -> ExitCode {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return commands::zmq_keygen_command(&args);
     }
+    if sub.as_ref().is_some_and(|a| a == "geoip") {
+        let args: Vec<String> = std::env::args().skip(2).collect();
+        return commands::geoip_command(&args);
+    }
     if sub.as_ref().is_some_and(|a| a == "schema") {
         let args: Vec<String> = std::env::args().skip(2).collect();
         return commands::schema_command(&args);

@@ -340,6 +340,11 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         .flat_map(|n| n.list().iter().copied())
         .collect::<Vec<_>>()
         .into();
+    if let Some(dir) = &cli.geoip_dir {
+        let db = sonde_geo::GeoDb::open_dir(dir).map_err(anyhow::Error::msg)?;
+        eprintln!("sonde: {}", db.describe());
+        cfg.geo = Some(std::sync::Arc::new(db));
+    }
     cfg.flows_out = cli.flows_out.clone().map(|p| (p, format));
     cfg.hosts_out = cli.hosts_out.clone();
     cfg.dpi = dpi_config(cli)?;

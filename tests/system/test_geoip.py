@@ -1,0 +1,365 @@
+"""--geoip-dir: the country and AS number of every address, checked against oracles outside sonde.
+
+The databases are the free ones `make geoip` installs (geoip/node_modules/@ip-location-db):
+countries from geo-whois-asn-country.mmdb (MaxMind format), AS numbers and names from
+asn-ipv4.csv and asn-ipv6.csv (ranges).
+
+- Countries: `mmdblookup` (Debian's mmdb-bin, libmaxminddb's own tool) on the same .mmdb file,
+  for every address in every corpus capture (tshark lists them, tunnels' inner ones included).
+- AS numbers: the CSV ranges read here with Python's ipaddress module, the range that starts
+  last holding an address where ranges overlap (sonde's documented rule; the file has one
+  overlap).
+- Special-purpose addresses (private, loopback, link-local, multicast, documentation, …) are
+  placed nowhere, whatever the database says (the free database puts 192.168.0.0/16 in AU).
+
+Then the same answers must come out where a user sees them: SRC_AS, DST_AS, SRC_IP_COUNTRY and
+DST_IP_COUNTRY in --flows-out; country, asn and as_name of hosts and flows in the REST API, its
+?country= and ?asn= filters, and /api/v1/top/countries and /asns added up from the hosts.
+"""
+
+from __future__ import annotations
+
+import bisect
+import collections
+import csv
+import ipaddress
+import json
+import re
+import shutil
+import subprocess
+import time
+import urllib.error
+from pathlib import Path
+from typing import Dict, List, Optional, Tuple
+
+import pytest
+
+from apiclient import error as api_error, get_json
+from conftest import REPO, corpus_files, free_port
+
+GEO_DIR = REPO / "geoip" / "node_modules" / "@ip-location-db"
+COUNTRY_MMDB = GEO_DIR / "geo-whois-asn-country-mmdb" / "geo-whois-asn-country.mmdb"
+ASN_CSV = {4: GEO_DIR / "asn" / "asn-ipv4.csv", 6: GEO_DIR / "asn" / "asn-ipv6.csv"}
+
+# Written from the IANA special-purpose registries (RFC 6890 and its updates), not from sonde.
+SPECIAL = [ipaddress.ip_network(n) for n in (
+    "0.0.0.0/8", "10.0.0.0/8", "100.64.0.0/10", "127.0.0.0/8", "169.254.0.0/16", "172.16.0.0/12",
+    "192.0.2.0/24", "192.168.0.0/16", "198.51.100.0/24", "203.0.113.0/24", "224.0.0.0/4",
+    "240.0.0.0/4", "::/128", "::1/128", "fc00::/7", "fe80::/10", "ff00::/8", "2001:db8::/32",
+)]
+
+
+def special(a) -> bool:
+    if a.version == 6 and a.ipv4_mapped is not None:
+        a = a.ipv4_mapped
+    return any(a.version == n.version and a in n for n in SPECIAL)
+
+
+@pytest.fixture(scope="session")
+def geo_dir() -> Path:
+    if not COUNTRY_MMDB.is_file() or not ASN_CSV[4].is_file():
+        pytest.fail(f"{GEO_DIR} has no databases: run `make geoip` (npm ci in geoip/)",
+                    pytrace=False)
+    if shutil.which("mmdblookup") is None:
+        pytest.fail("mmdblookup missing: run scripts/setup-test-deps.sh (Debian's mmdb-bin)",
+                    pytrace=False)
+    return GEO_DIR
+
+
+def mmdb_country(addr: str) -> Optional[str]:
+    """libmaxminddb's answer for `addr` (None: no record)."""
+    p = subprocess.run(["mmdblookup", "-f", str(COUNTRY_MMDB), "-i", addr, "country_code"],
+                       capture_output=True, text=True, timeout=30)
+    m = re.search(r'"([A-Za-z]{2})" <utf8_string>', p.stdout)
+    if p.returncode == 0 and m:
+        return m.group(1).upper()
+    assert "Could not find an entry" in p.stderr + p.stdout or p.returncode != 0, p
+    return None
+
+
+class AsRanges:
+    """The CSV ranges, and the AS of an address by the rule: the covering range that starts
+    last (for equal starts, the shorter one)."""
+
+    def __init__(self):
+        self.by_version: Dict[int, Tuple[List[int], List[Tuple[int, int, int]]]] = {}
+        self.names: Dict[int, str] = {}
+        for version, path in ASN_CSV.items():
+            rows = []
+            with open(path, newline="") as f:
+                for r in csv.reader(f):
+                    s, e = int(ipaddress.ip_address(r[0])), int(ipaddress.ip_address(r[1]))
+                    asn = int(r[2])
+                    rows.append((s, e, asn))
+                    if len(r) > 3 and r[3]:
+                        self.names.setdefault(asn, r[3])
+            rows.sort(key=lambda t: (t[0], -t[1]))
+            self.by_version[version] = ([r[0] for r in rows], rows)
+        self.nests = {v: self._nests(v) for v in self.by_version}
+
+    def asn(self, a) -> Optional[int]:
+        if a.version == 6 and a.ipv4_mapped is not None:
+            a = a.ipv4_mapped
+        starts, rows = self.by_version[a.version]
+        x = int(a)
+        i = bisect.bisect_right(starts, x)
+        # The ranges starting at or before x, latest first; the first that holds x wins. With
+        # no range inside another, only the latest can hold x.
+        while i > 0:
+            i -= 1
+            if rows[i][1] >= x:
+                return rows[i][2]
+            if not self.nests[a.version]:
+                break
+        return None
+
+    def _nests(self, version: int) -> bool:
+        """Whether any range lies inside an earlier one."""
+        end = -1
+        for _, e, _ in self.by_version[version][1]:
+            if e <= end:
+                return True
+            end = max(end, e)
+        return False
+
+
+@pytest.fixture(scope="session")
+def as_ranges(geo_dir) -> AsRanges:
+    return AsRanges()
+
+
+def capture_addresses(pcap: Path) -> List[str]:
+    p = subprocess.run(
+        ["tshark", "-r", str(pcap), "-T", "fields", "-E", "separator=,", "-e", "ip.src",
+         "-e", "ip.dst", "-e", "ipv6.src", "-e", "ipv6.dst"],
+        capture_output=True, text=True, timeout=300)
+    out = set()
+    for line in p.stdout.splitlines():
+        out.update(a for a in line.split(",") if a)
+    return sorted(out)
+
+
+@pytest.fixture(scope="session")
+def corpus_addresses(corpus, tshark_tools) -> List[str]:
+    addrs = set()
+    for pcap in corpus_files():
+        addrs.update(capture_addresses(pcap))
+    assert len(addrs) >= 50, f"only {len(addrs)} addresses in the corpus"
+    return sorted(addrs, key=lambda a: (":" in a, a))
+
+
+def expected(addr: str, as_ranges: AsRanges) -> Tuple[Optional[str], Optional[int]]:
+    a = ipaddress.ip_address(addr)
+    if special(a):
+        return None, None
+    return mmdb_country(addr), as_ranges.asn(a)
+
+
+@pytest.fixture(scope="session")
+def oracle_answers(corpus_addresses, as_ranges) -> Dict[str, Tuple[Optional[str], Optional[int]]]:
+    return {a: expected(a, as_ranges) for a in corpus_addresses}
+
+
+def sonde_lookup(sonde, geo_dir: Path, addrs: List[str]) -> Dict[str, dict]:
+    p = subprocess.run([str(sonde.binary), "geoip", str(geo_dir)], input="\n".join(addrs),
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    rows = [json.loads(l) for l in p.stdout.splitlines()]
+    assert len(rows) == len(addrs)
+    return {str(ipaddress.ip_address(a)): r for a, r in zip(addrs, rows)}
+
+
+def test_every_corpus_address_has_the_oracles_country_and_as(sonde, geo_dir, oracle_answers,
+                                                             as_ranges):
+    got = sonde_lookup(sonde, geo_dir, list(oracle_answers))
+    wrong = []
+    placed = with_as = 0
+    for addr, (country, asn) in oracle_answers.items():
+        r = got[str(ipaddress.ip_address(addr))]
+        if (r["country"], r["asn"]) != (country, asn):
+            wrong.append((addr, (r["country"], r["asn"]), (country, asn)))
+        if asn is not None and r["as_name"] != as_ranges.names.get(asn):
+            wrong.append((addr, r["as_name"], as_ranges.names.get(asn)))
+        placed += country is not None
+        with_as += asn is not None
+    assert not wrong, f"{len(wrong)} of {len(oracle_answers)} differ, e.g. {wrong[:10]}"
+    # The comparison means something only if most addresses are placed.
+    assert placed > len(oracle_answers) // 2 and with_as > len(oracle_answers) // 2, \
+        (placed, with_as, len(oracle_answers))
+
+
+def test_special_addresses_are_placed_nowhere(sonde, geo_dir):
+    addrs = ["192.168.1.13", "10.0.0.1", "172.20.1.1", "127.0.0.1", "169.254.3.4", "100.64.1.1",
+             "224.0.0.251", "255.255.255.255", "fd00::1", "fe80::1", "ff02::1", "::1",
+             "::ffff:192.168.1.1", "2001:db8::5"]
+    # The database itself places the first one (its data bug), so this is sonde's rule at work.
+    assert mmdb_country("192.168.1.13") is not None
+    for addr, r in sonde_lookup(sonde, geo_dir, addrs).items():
+        assert (r["country"], r["asn"], r["as_name"]) == (None, None, None), (addr, r)
+
+
+def test_bad_geoip_dirs_and_addresses_are_named(sonde, tmp_path):
+    p = sonde("-r", str(REPO / "samples" / "demo.pcap"), "--geoip-dir", str(tmp_path / "none"))
+    assert p.returncode != 0 and "--geoip-dir" in p.stderr and "none" in p.stderr, p.stderr
+    (tmp_path / "empty").mkdir()
+    p = sonde("-r", str(REPO / "samples" / "demo.pcap"), "--geoip-dir", str(tmp_path / "empty"))
+    assert p.returncode != 0 and "no GeoIP database in" in p.stderr and "make geoip" in p.stderr
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "asn-ipv4.csv").write_text("1.0.0.0,1.0.0.255,13335,A\n1.0.1.0,1.0.1.9,AS?,B\n")
+    p = sonde("-r", str(REPO / "samples" / "demo.pcap"), "--geoip-dir", str(bad))
+    assert p.returncode != 0 and "asn-ipv4.csv line 2" in p.stderr and "AS?" in p.stderr, p.stderr
+    (bad / "asn-ipv4.csv").unlink()
+    (bad / "GeoLite2-Country.mmdb").write_bytes(b"\0" * 100)
+    p = sonde("-r", str(REPO / "samples" / "demo.pcap"), "--geoip-dir", str(bad))
+    assert p.returncode != 0 and "not a readable MaxMind database" in p.stderr, p.stderr
+    p = sonde("geoip", str(tmp_path / "none"), "8.8.8.8")
+    assert p.returncode != 0 and "--geoip-dir" not in p.stdout
+
+
+# Captures with many public addresses, IPv4 and IPv6.
+RUN_CAPTURES = ["android.pcap", "whatsapp_login_call.pcap", "quic-mvfst-27.pcapng",
+                "443-chrome.pcap"]
+
+
+def _addr_of(rec: dict, side: str) -> str:
+    return rec.get(f"IPV4_{side}_ADDR") or rec[f"IPV6_{side}_ADDR"]
+
+
+@pytest.mark.parametrize("name", RUN_CAPTURES)
+def test_flow_records_carry_both_ends_country_and_as(sonde, corpus, geo_dir, as_ranges, workdir,
+                                                     name):
+    pcap = corpus / name
+    if not pcap.exists():
+        pytest.skip(f"{name} not in the corpus")
+    out = workdir / "flows.json"
+    p = sonde("-r", str(pcap), "--geoip-dir", str(geo_dir), "--flows-out", str(out), "-q")
+    assert p.returncode == 0, p.stderr
+    records = [json.loads(l) for l in out.read_text().splitlines()]
+    assert records
+    placed = 0
+    for r in records:
+        for side in ("SRC", "DST"):
+            country, asn = expected(_addr_of(r, side), as_ranges)
+            assert r.get(f"{side}_IP_COUNTRY") == country, (side, r)
+            assert r[f"{side}_AS"] == (asn or 0), (side, r)
+            placed += country is not None
+    assert placed > 0, f"no address of {name} is placed"
+    # Without the flag, none of the fields.
+    p = sonde("-r", str(pcap), "--flows-out", str(out), "-q")
+    assert p.returncode == 0, p.stderr
+    for l in out.read_text().splitlines():
+        assert not {"SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY"} & set(json.loads(l))
+
+
+def test_api_hosts_flows_filters_and_top_places(sonde_bin, corpus, geo_dir, as_ranges, workdir):
+    import oracle
+
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", "60", "--geoip-dir", str(geo_dir), "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        want = oracle.capinfos_packets(str(pcap))
+        deadline = time.time() + 30
+        while True:
+            try:
+                if get_json(base, "/api/v1/interface")["packets"] == want:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.time() < deadline and proc.poll() is None, "the API never showed the file"
+            time.sleep(0.1)
+        assert get_json(base, "/api/v1/interface")["geoip"] == {"countries": True, "asns": True}
+        hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
+        assert len(hosts) > 10
+        by_country: Dict[str, List[int]] = collections.defaultdict(lambda: [0, 0])
+        by_as: Dict[int, List[int]] = collections.defaultdict(lambda: [0, 0])
+        unknown = [0, 0]
+        for h in hosts:
+            country, asn = expected(h["ip"], as_ranges)
+            assert (h["country"], h["asn"]) == (country, asn), h
+            assert h["as_name"] == (as_ranges.names.get(asn) if asn else None), h
+            b = h["sent_bytes"] + h["rcvd_bytes"]
+            for key, table in ((country, by_country), (asn, by_as)):
+                if key is None:
+                    continue
+                table[key][0] += b
+                table[key][1] += 1
+            if country is None:
+                unknown[0] += b
+                unknown[1] += 1
+        assert len(by_country) >= 2 and len(by_as) >= 3, (by_country, by_as)
+        top = get_json(base, "/api/v1/top/countries?n=1000")
+        assert {r["country"]: [r["bytes"], r["hosts"]] for r in top["rows"]} == dict(by_country)
+        assert [top["unknown"]["bytes"], top["unknown"]["hosts"]] == unknown
+        byte_order = [r["bytes"] for r in top["rows"]]
+        assert byte_order == sorted(byte_order, reverse=True)
+        top = get_json(base, "/api/v1/top/asns?n=1000")
+        assert {r["asn"]: [r["bytes"], r["hosts"]] for r in top["rows"]} == dict(by_as)
+        for r in top["rows"]:
+            assert r["name"] == as_ranges.names.get(r["asn"]), r
+        # Filters: exactly the hosts placed there.
+        country = max(by_country, key=lambda c: by_country[c][1])
+        got = get_json(base, f"/api/v1/hosts?limit=10000&country={country.lower()}")["hosts"]
+        assert sorted(h["ip"] for h in got) == sorted(h["ip"] for h in hosts
+                                                      if h["country"] == country)
+        asn = max(by_as, key=lambda a: by_as[a][1])
+        got = get_json(base, f"/api/v1/hosts?limit=10000&asn=AS{asn}")["hosts"]
+        assert sorted(h["ip"] for h in got) == sorted(h["ip"] for h in hosts if h["asn"] == asn)
+        status, text = api_error(base, "/api/v1/hosts?country=USA")
+        assert status == 400 and "two-letter" in str(text)
+        status, text = api_error(base, "/api/v1/hosts?asn=google")
+        assert status == 400 and "AS number" in str(text)
+        # Flows: both ends, under client_ and server_.
+        flows = get_json(base, "/api/v1/flows?limit=1000")["flows"]
+        assert flows
+        for f in flows:
+            for side in ("client", "server"):
+                country, asn = expected(f[side], as_ranges)
+                assert (f[f"{side}_country"], f[f"{side}_asn"]) == (country, asn), f
+        # The host page too.
+        h = max(hosts, key=lambda h: h["asn"] is not None)
+        page = get_json(base, f"/api/v1/hosts/{h['ip']}")
+        assert page["host"][0]["country"] == h["country"] and page["host"][0]["asn"] == h["asn"]
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=30)
+
+
+def test_without_databases_the_api_says_how_to_get_them(sonde_bin, corpus, workdir):
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", "30", "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                iface = get_json(base, "/api/v1/interface")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        assert iface["geoip"] is None
+        status, text = api_error(base, "/api/v1/top/countries")
+        assert status == 404 and "--geoip-dir" in str(text)
+        status, text = api_error(base, "/api/v1/hosts?country=US")
+        assert status == 400 and "--geoip-dir" in str(text)
+        host = get_json(base, "/api/v1/hosts?limit=1")["hosts"][0]
+        assert "country" not in host and "asn" not in host
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=30)
