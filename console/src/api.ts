@@ -40,6 +40,17 @@ export interface Interface {
   local_networks?: string[];
   /** With local networks: IP packets and bytes of flows by direction. */
   directions?: Record<Direction, { packets: number; bytes: number; bits_per_s: number | null }> | null;
+  /** With --geoip-dir: what its databases give (null without). */
+  geoip?: { countries: boolean; asns: boolean } | null;
+}
+
+/** A row of `/api/v1/top/countries` or `/asns`: the live hosts located there. */
+export interface Place {
+  country?: string;
+  asn?: number;
+  name?: string | null;
+  bytes: number;
+  hosts: number;
 }
 
 /** A flow's direction by --local-networks, client to server (transit: both ends remote). */
@@ -78,6 +89,10 @@ export interface Host {
   last_seen: number;
   /** DNS names clients resolved to this address: attacker-controlled, shown only as text. */
   names?: string[];
+  /** With --geoip-dir: ISO country code, AS number and name (null: placed nowhere). */
+  country?: string | null;
+  asn?: number | null;
+  as_name?: string | null;
 }
 
 /** Strings DPI read off the wire: attacker-controlled, shown only as text. */
@@ -518,6 +533,8 @@ export const api = {
     request<{ total: number; offset: number; limit: number; flows: Flow[] }>('GET', `/api/v1/flows${query(params)}`, undefined, signal),
   top: (what: 'talkers' | 'destinations' | 'applications' | 'ports' | 'protocols', n: number, signal?: AbortSignal) =>
     request<{ top: string; rows: Ranked[] }>('GET', `/api/v1/top/${what}${query({ n })}`, undefined, signal),
+  places: (what: 'countries' | 'asns', n: number, signal?: AbortSignal) =>
+    request<{ top: string; rows: Place[]; unknown: { bytes: number; hosts: number } }>('GET', `/api/v1/top/${what}${query({ n })}`, undefined, signal),
   health: () => request<Health>('GET', '/api/v1/health'),
   series: (params: Params, signal?: AbortSignal) => request<Series>('GET', `/api/v1/series${query(params)}`, undefined, signal),
   historyFlows: (params: Params, signal?: AbortSignal) =>

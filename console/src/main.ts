@@ -61,6 +61,7 @@ let hasHistory = false;
 let hasAnalytics = false;
 let hasFilters = false;
 let localNetworks: string[] = [];
+let geoip = false;
 let stop: Stop | undefined;
 
 function stopView() {
@@ -124,6 +125,7 @@ async function signedIn(who: Me) {
   ]);
   hasHistory = health?.history === true;
   localNetworks = iface?.local_networks ?? [];
+  geoip = !!iface?.geoip;
   // A 404 means --analytics off; any other failure leaves the pages in (they say what is wrong).
   hasAnalytics = !(sets instanceof ApiError && sets.status === 404);
   hasFilters = !(sets instanceof Error) && (sets as FilterSets).sets.length > 0;
@@ -148,7 +150,7 @@ function route(focus = true) {
     return;
   }
   document.title = `${page.title}${r.arg ? ` ${r.arg}` : ''} · sonde`;
-  stop = page.view(main, r, { me, history: hasHistory, analytics: hasAnalytics, filters: hasFilters, localNetworks }) ?? undefined;
+  stop = page.view(main, r, { me, history: hasHistory, analytics: hasAnalytics, filters: hasFilters, localNetworks, geoip }) ?? undefined;
   if (focus) main.focus({ preventScroll: true });
 }
 

@@ -10,6 +10,7 @@ import { poll } from '../poll';
 import { href } from '../router';
 import { num, rankedTable, table } from '../table';
 import { recentRates } from '../series';
+import { placesCards } from '../geo';
 import { stopAll, type View } from './view';
 
 export const dashboard: View = (root, _route, ctx) => {
@@ -55,6 +56,8 @@ export const dashboard: View = (root, _route, ctx) => {
   // With --local-networks: the IP bit rate of each flow direction (both ways of a flow under
   // its direction), a line each, with the latest figures under it.
   const directions = ctx.localNetworks.length > 0 ? directionCard(ctx.localNetworks) : null;
+  // With --geoip-dir: where the hosts are.
+  const places = ctx.geoip ? placesCards() : null;
 
   root.append(
     heading('Dashboard', live),
@@ -72,6 +75,7 @@ export const dashboard: View = (root, _route, ctx) => {
       card('Top hosts', hostsT.el, link(href('hosts'), 'All hosts →', { class: 'more' })),
       card('Top applications', appsT.el, link(href('applications'), 'All applications →', { class: 'more' })),
     ),
+    ...(places ? [el('div', { class: 'grid', 'data-card': 'places' }, ...places.els)] : []),
     el('div', { class: 'card wide' }, el('h2', {}, 'Top flows'), flowsT.el, link(href('flows'), 'All flows →', { class: 'more' })),
   );
 
@@ -112,6 +116,7 @@ export const dashboard: View = (root, _route, ctx) => {
     hostsT.update(hosts.hosts);
     appsT.update(apps.rows);
     flowsT.update(flows.flows);
+    await places?.refresh(signal);
   }, 3000);
 
   return stopAll(unsubscribe, stopPoll, () => chart.destroy(), () => directions?.chart.destroy());

@@ -10,6 +10,7 @@ import { appCell, flowColumns, hostLink } from '../flowcols';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { href } from '../router';
+import { asCell, countryCell, countryName } from '../geo';
 import { recentRates, seriesCard } from '../series';
 import { num, rankedTable, table } from '../table';
 import { stopAll, type View } from './view';
@@ -32,6 +33,12 @@ function counters(h: Host, local: boolean): HTMLElement {
   for (const [k, label, f] of COUNTERS) {
     const v = h[k] as number;
     items.push(el('div', { class: 'stat' }, el('dt', {}, label), el('dd', { 'data-counter': k }, num(v, f(v)))));
+  }
+  if (h.country !== undefined) {
+    // With --geoip-dir.
+    const where = h.country ? el('span', {}, countryCell(h.country), ' ', countryName(h.country)) : '–';
+    items.push(el('div', { class: 'stat' }, el('dt', {}, 'Country'), el('dd', { 'data-geo': 'country' }, where)));
+    items.push(el('div', { class: 'stat' }, el('dt', {}, 'AS'), el('dd', { 'data-geo': 'asn' }, asCell(h.asn, h.as_name))));
   }
   items.push(el('div', { class: 'stat' }, el('dt', {}, 'MAC'), el('dd', {}, h.mac ?? '–')));
   items.push(el('div', { class: 'stat' }, el('dt', {}, 'First seen'), el('dd', {}, fmt.time(h.first_seen))));

@@ -5,6 +5,7 @@
 import { api, type Host } from '../api';
 import { el, heading } from '../dom';
 import { hostLink } from '../flowcols';
+import { asCell, countryCell } from '../geo';
 import * as fmt from '../format';
 import { poll } from '../poll';
 import { replaceParams } from '../router';
@@ -25,6 +26,8 @@ export const hosts: View = (root, route, ctx) => {
     q: p.get('q') ?? '',
     name: p.get('name') ?? '',
     app: p.get('app') ?? '',
+    country: p.get('country') ?? '',
+    asn: p.get('asn') ?? '',
     offset: Math.max(0, Number(p.get('offset')) || 0),
   };
 
@@ -42,6 +45,12 @@ export const hosts: View = (root, route, ctx) => {
       { label: 'VLAN', numeric: true, cell: (h) => h.vlan },
       { label: 'MAC', cell: (h) => h.mac ?? '' },
       ...(localNets ? [{ label: 'Network', cell: (h: Host) => el('span', { 'data-local': String(h.local === true) }, h.local ? 'local' : 'remote') }] : []),
+      ...(ctx.geoip
+        ? [
+            { label: 'Country', cell: (h: Host) => countryCell(h.country) },
+            { label: 'AS', cell: (h: Host) => asCell(h.asn, h.as_name) },
+          ]
+        : []),
       { label: 'Bytes', sort: 'bytes', numeric: true, cell: (h) => num(h.sent_bytes + h.rcvd_bytes, fmt.bytes(h.sent_bytes + h.rcvd_bytes)) },
       { label: 'Packets', sort: 'packets', numeric: true, cell: (h) => num(h.sent_packets + h.rcvd_packets, fmt.count(h.sent_packets + h.rcvd_packets)) },
       { label: 'Sent', sort: 'sent_bytes', numeric: true, cell: (h) => num(h.sent_bytes, fmt.bytes(h.sent_bytes)) },
@@ -60,7 +69,7 @@ export const hosts: View = (root, route, ctx) => {
 
   // The filters are applied as you type, a moment after the last key.
   let typing: number | undefined;
-  const filter = (key: 'q' | 'name' | 'app', label: string, placeholder: string) => {
+  const filter = (key: 'q' | 'name' | 'app' | 'country' | 'asn', label: string, placeholder: string) => {
     const input = el('input', { type: 'search', id: `hosts-${key}`, name: key, placeholder, autocomplete: 'off', spellcheck: 'false' });
     input.value = state[key];
     input.addEventListener('input', () => {
@@ -98,6 +107,7 @@ export const hosts: View = (root, route, ctx) => {
       ...filter('name', 'DNS name contains', 'e.g. google'),
       ...filter('app', 'Application', 'e.g. TLS'),
       ...(localNets ? localFilter() : []),
+      ...(ctx.geoip ? [...filter('country', 'Country', 'e.g. US'), ...filter('asn', 'AS', 'e.g. 15169')] : []),
     ),
     error,
     t.el,
@@ -107,12 +117,12 @@ export const hosts: View = (root, route, ctx) => {
 
   let stopPoll = () => {};
   function refresh() {
-    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, name: state.name, app: state.app, local: state.local, offset: state.offset || undefined });
+    replaceParams('hosts', { sort: state.sort, order: state.order === 'desc' ? undefined : 'asc', q: state.q, name: state.name, app: state.app, local: state.local, country: state.country, asn: state.asn, offset: state.offset || undefined });
     // Restart the cycle so the new view is fetched now.
     stopPoll();
     stopPoll = poll(async (signal) => {
       try {
-        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, name: state.name || undefined, app: state.app || undefined, local: state.local || undefined, offset: state.offset, limit: LIMIT }, signal);
+        const r = await api.hosts({ sort: state.sort, order: state.order, q: state.q, name: state.name || undefined, app: state.app || undefined, local: state.local || undefined, country: state.country || undefined, asn: state.asn || undefined, offset: state.offset, limit: LIMIT }, signal);
         error.textContent = '';
         t.update(r.hosts);
         pages.update(r.total, r.offset, LIMIT);

@@ -14,6 +14,8 @@ export interface Ctx {
   filters: boolean;
   /** The --local-networks prefixes (empty: none, and nothing is split by direction). */
   localNetworks: string[];
+  /** Whether --geoip-dir is set: countries and ASes of hosts. */
+  geoip: boolean;
 }
 
 export type Stop = () => void;
