@@ -523,3 +523,45 @@ def test_tcp_collector_caps_its_connections(sonde_bin, workdir):
         _, err = proc.communicate(timeout=60)
     assert proc.returncode == 0, err
     assert json.loads(stats.read_text())["collected"]["connections_refused"] == 6
+
+
+def test_collected_as_numbers_are_kept_by_end(sonde_bin, workdir):
+    """A NetFlow v9 capture whose template has SRC_AS/DST_AS (akvorado's): every record's AS
+    numbers, as tshark decodes them, come out as SRC_AS/DST_AS of its flow (swapped when the
+    record runs server to client), as numbers, not as raw IE0.16/IE0.17 extras."""
+    flowproto = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "flowproto"
+    pcap = flowproto / "akvorado_netflow_data+templates.pcap"
+    col = Collector(sonde_bin, workdir, seconds=3)
+    _replay([pcap], col.port)
+    records, _ = col.result()
+    out = oracle.tshark(["-r", str(pcap), "-d", "udp.port==2055,cflow", "-T", "fields",
+                         "-e", "cflow.srcaddr", "-e", "cflow.dstaddr", "-e", "cflow.srcport",
+                         "-e", "cflow.dstport", "-e", "cflow.srcas", "-e", "cflow.dstas"])
+    want = {}
+    for line in out.splitlines():
+        cols = [c.split(",") for c in line.split("\t")]
+        if len(cols) < 6 or not cols[0][0]:
+            continue
+        for sa, da, sp, dp, sas, das in zip(*cols):
+            want[(sa, int(sp), da, int(dp))] = (int(sas), int(das))
+    assert sum(1 for v in want.values() if v != (0, 0)) >= 5, want
+    # tshark decodes only the data set after the template (the one before it in the same
+    # datagram, sonde reads too): those records are the ones checked, every one of them.
+    checked = set()
+    for r in records:
+        assert not any(k in r for k in ("IE0.16", "IE0.17")), r
+        c = (r["IPV4_SRC_ADDR"], int(r["L4_SRC_PORT"]))
+        s = (r["IPV4_DST_ADDR"], int(r["L4_DST_PORT"]))
+        got = (int(r.get("SRC_AS", 0)), int(r.get("DST_AS", 0)))
+        # Both halves of a conversation are one flow: each record's numbers, by end (the
+        # later record's non-zero ones win, as for any field).
+        fwd, rev = want.get(c + s), want.get(s + c)
+        if fwd and rev:
+            ends = [rev[1] or fwd[0], rev[0] or fwd[1]]
+            assert got == tuple(ends), (r, fwd, rev)
+        elif fwd:
+            assert got == fwd, (r, fwd)
+        elif rev:
+            assert got == rev[::-1], (r, rev)
+        checked.update(k for k in (c + s, s + c) if k in want)
+    assert checked == set(want), set(want) - checked

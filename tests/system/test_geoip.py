@@ -14,7 +14,8 @@ asn-ipv4.csv and asn-ipv6.csv (ranges).
 
 Then the same answers must come out where a user sees them: SRC_AS, DST_AS, SRC_IP_COUNTRY and
 DST_IP_COUNTRY in --flows-out; country, asn and as_name of hosts and flows in the REST API, its
-?country= and ?asn= filters, and /api/v1/top/countries and /asns added up from the hosts.
+?country= and ?asn= filters, and /api/v1/top/countries and /asns added up from the hosts; and
+nfdump's sas/das columns of sonde's NetFlow v5, v9 and IPFIX export.
 """
 
 from __future__ import annotations
@@ -363,3 +364,41 @@ def test_without_databases_the_api_says_how_to_get_them(sonde_bin, corpus, workd
         if proc.poll() is None:
             proc.terminate()
         proc.communicate(timeout=30)
+
+
+@pytest.mark.parametrize("fmt", ["netflow5", "netflow9", "ipfix"])
+def test_nfdump_reads_the_as_numbers_of_our_export(fmt, sonde, corpus, geo_dir, as_ranges,
+                                                   workdir):
+    """NetFlow v5 (16-bit AS, a larger one as AS_TRANS 23456), v9 and IPFIX (SRC_AS/DST_AS,
+    bgpSource/DestinationAsNumber) carry each end's AS; nfdump shows them as sas/das."""
+    from test_flow_export import Nfcapd, _need
+
+    _need("nfcapd")
+    _need("nfdump")
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    cap = Nfcapd(workdir)
+    try:
+        p = sonde("-r", pcap, "--geoip-dir", geo_dir, "--export", f"{fmt}://127.0.0.1:{cap.port}",
+                  "-q")
+    finally:
+        cap.stop()
+    assert p.returncode == 0, p.stderr
+    out = subprocess.run(["nfdump", "-R", str(cap.dir), "-o", "csv"], capture_output=True,
+                         text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    lines = [l for l in out.stdout.splitlines() if l.strip()]
+    header = lines[0].split(",")
+    rows = [dict(zip(header, (v.strip() for v in l.split(",")))) for l in lines[1:]]
+    rows = [r for r in rows if r.get("sa") and r.get("pr")]
+    assert rows, out.stdout
+    with_as = 0
+    for r in rows:
+        for addr, got in ((r["sa"], r["sas"]), (r["da"], r["das"])):
+            want = expected(addr, as_ranges)[1] or 0
+            if fmt == "netflow5" and want > 65535:
+                want = 23456
+            assert int(got) == want, (fmt, addr, r)
+            with_as += want != 0
+    assert with_as > 0, "no exported address has an AS"

@@ -21,6 +21,11 @@ pub struct Meta {
     /// Fields of a collected flow that sonde does not interpret, kept to be shown: unknown
     /// keys of a JSON producer, and NetFlow/IPFIX elements as `IE<enterprise>.<id>` (hex).
     pub extra: Vec<(String, String)>,
+    /// The client's and the server's AS numbers as a collected record gave them (NetFlow
+    /// v5's src_as/dst_as, bgpSource/DestinationAsNumber IE 16/17, a producer's SRC_AS);
+    /// 0 when it did not.
+    pub src_as: u32,
+    pub dst_as: u32,
 }
 
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -228,7 +233,8 @@ const fn f(
 }
 
 /// Every metadata field, in the JSON key and CSV column order (after the flow's own fields).
-/// Tags: 1-3 any protocol, 11-19 HTTP, 21-29 TLS, 31-39 DNS, 41-49 DHCP, 51-59 SSH, 60 extra;
+/// Tags: 1-3 any protocol, 11-19 HTTP, 21-29 TLS, 31-39 DNS, 41-49 DHCP, 51-59 SSH, 60 extra,
+/// 61-69 what an exporter knows of the flow;
 /// 10, 20, 30, 40 and 50 were sections in layout version 1 and stay unused.
 #[rustfmt::skip]
 pub const FIELDS: &[Field] = &[
@@ -264,6 +270,8 @@ pub const FIELDS: &[Field] = &[
     f("SSH_HASSH_CLIENT", 53, "ssh", WireText, "", "client HASSH fingerprint", |m| text(&m.ssh.as_ref()?.hassh_client), |m, v| store(as_text(v), |s| sec(&mut m.ssh).hassh_client = Some(s))),
     f("SSH_HASSH_SERVER", 54, "ssh", WireText, "", "server HASSH fingerprint", |m| text(&m.ssh.as_ref()?.hassh_server), |m, v| store(as_text(v), |s| sec(&mut m.ssh).hassh_server = Some(s))),
     f("L7_BANNER", 2, "l7", WireText, "", "first banner line of a text protocol", |m| text(&m.banner), |m, v| store(as_text(v), |s| m.banner = Some(s))),
+    f("SRC_AS", 61, "as", Code, "", "client's AS number: a collected record's (BGP source AS), else by --geoip-dir when set (0: not known)", |m| nonzero(m.src_as), |m, v| store(as_number(v), |n| m.src_as = n)),
+    f("DST_AS", 62, "as", Code, "", "server's AS number: a collected record's (BGP destination AS), else by --geoip-dir when set (0: not known)", |m| nonzero(m.dst_as), |m, v| store(as_number(v), |n| m.dst_as = n)),
 ];
 
 /// Every metadata field a flow has, then its uninterpreted extra pairs, as (key, text):

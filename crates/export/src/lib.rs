@@ -200,10 +200,15 @@ fn own_fields(
             ip_addr(v.server_addr(), f.key.ip_version),
         );
         let (ga, gb) = (g.lookup(a), g.lookup(b));
+        // An exporter's AS numbers (in the metadata, written with it) win: a router knows
+        // its BGP table.
+        let (src_as, dst_as) = r.meta.as_deref().map_or((0, 0), |m| (m.src_as, m.dst_as));
         if g.has_asns() {
-            for (name, n) in [("SRC_AS", ga.asn), ("DST_AS", gb.asn)] {
-                let _ = write!(buf, "{n}");
-                put(name, &mut buf, false);
+            for (name, n, given) in [("SRC_AS", ga.asn, src_as), ("DST_AS", gb.asn, dst_as)] {
+                if given == 0 {
+                    let _ = write!(buf, "{n}");
+                    put(name, &mut buf, false);
+                }
             }
         }
         for (name, c) in [
@@ -314,8 +319,9 @@ pub fn push_csv_cell(line: &mut String, v: &str) {
 }
 
 /// A flow record as the NetFlow/IPFIX encoder takes it: client → server forward, as in the
-/// JSON output.
-pub fn export_flow(r: &FlowRecord) -> sonde_flowproto::ExportFlow {
+/// JSON output. AS numbers are an exporter's when the record was collected with them, else
+/// the GeoIP databases' (`geo`), else 0.
+pub fn export_flow(r: &FlowRecord, geo: Option<&GeoDb>) -> sonde_flowproto::ExportFlow {
     let f = &r.flow;
     let v = View::of(f);
     let (s, c) = (v.s(), v.c);
@@ -355,6 +361,21 @@ pub fn export_flow(r: &FlowRecord) -> sonde_flowproto::ExportFlow {
             String::new()
         },
         end_reason: r.reason.ipfix_code(),
+        src_as: as_of(r, geo, v.client_addr(), |m| m.src_as),
+        dst_as: as_of(r, geo, v.server_addr(), |m| m.dst_as),
+    }
+}
+
+/// One end's AS number for export: the collected one, else the databases'.
+fn as_of(
+    r: &FlowRecord,
+    geo: Option<&GeoDb>,
+    addr: &[u8; 16],
+    given: fn(&sonde_dpi::Meta) -> u32,
+) -> u32 {
+    match r.meta.as_deref().map_or(0, given) {
+        0 => geo.map_or(0, |g| g.asn(ip_addr(addr, r.flow.key.ip_version))),
+        n => n,
     }
 }
 
@@ -642,6 +663,21 @@ mod tests {
         assert_eq!(v["DST_AS"], 64500, "{v}");
         assert_eq!(v["SRC_IP_COUNTRY"], "DE");
         assert_eq!(v["DST_IP_COUNTRY"], "DE");
+        // An exporter's AS wins over the database's, and is written once.
+        let mut collected = public();
+        collected.meta = Some(Box::new(sonde_dpi::Meta {
+            src_as: 64501,
+            ..Default::default()
+        }));
+        let mut w = FlowWriter::new(Vec::new(), Format::Json).with_geo(geo.clone());
+        w.write(&collected).unwrap();
+        let text = String::from_utf8(w.into_inner()).unwrap();
+        assert_eq!(text.matches("\"SRC_AS\"").count(), 1, "{text}");
+        let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+        assert_eq!(
+            (v["SRC_AS"].as_u64(), v["DST_AS"].as_u64()),
+            (Some(64501), Some(64500))
+        );
         let mut outside = public();
         outside.flow.key.addr_b[..4].copy_from_slice(&[9, 9, 9, 9]);
         let v = json(

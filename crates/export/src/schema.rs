@@ -143,8 +143,6 @@ const FLOW: &[Field] = &[
     f("FRAGMENTS", Count, "packets", "flow", None, Fixed, false, "IP fragments"),
     f("FLOW_END_REASON", Name, "", "flow", Some((136, 0)), Fixed, true, "why the flow was exported"),
     f("FLOW_DIRECTION", Name, "", "flow", None, Derived, false, "in, out, internal or transit by --local-networks, client to server (only with it; not kept in the history)"),
-    f("SRC_AS", Code, "", "geo", None, Derived, false, "client's AS number by --geoip-dir (0: not known; only with it)"),
-    f("DST_AS", Code, "", "geo", None, Derived, false, "server's AS number by --geoip-dir (0: not known; only with it)"),
     f("SRC_IP_COUNTRY", Name, "", "geo", None, Derived, false, "client's country (ISO 3166 code) by --geoip-dir, when known"),
     f("DST_IP_COUNTRY", Name, "", "geo", None, Derived, false, "server's country (ISO 3166 code) by --geoip-dir, when known"),
     f("EXPORTER_IPV4_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv4)"),
@@ -225,13 +223,19 @@ const fn all_fields() -> [Field; COUNT] {
             meta::Kind::Code | meta::Kind::Flag => Code,
             meta::Kind::Duration => Duration,
         };
+        // The AS numbers are the one metadata the NetFlow/IPFIX export writes.
+        let ipfix = match m.tag {
+            61 => Some((16, 0)),
+            62 => Some((17, 0)),
+            _ => None,
+        };
         // Read back by the ingest into the record's metadata (`Field::set`).
         out[i + j] = f(
             m.key,
             kind,
             m.unit,
             m.group,
-            None,
+            ipfix,
             Meta(m.tag),
             true,
             m.what,

@@ -37,7 +37,8 @@
 //!
 //! v9: IN_BYTES(1) and IN_PKTS(2) as 8 bytes, PROTOCOL(4), SRC_TOS(5), TCP_FLAGS(6, 1 byte),
 //! L4_SRC_PORT(7), IPV4_SRC_ADDR(8) / IPV6_SRC_ADDR(27), INPUT_SNMP(10) = 0, L4_DST_PORT(11),
-//! IPV4_DST_ADDR(12) / IPV6_DST_ADDR(28), OUTPUT_SNMP(14) = 0, LAST_SWITCHED(21),
+//! IPV4_DST_ADDR(12) / IPV6_DST_ADDR(28), OUTPUT_SNMP(14) = 0, SRC_AS(16) and DST_AS(17) as 4
+//! bytes, LAST_SWITCHED(21),
 //! FIRST_SWITCHED(22), ICMP_TYPE(32, type × 256 + code, both IP versions), IN_SRC_MAC(56),
 //! IN_DST_MAC(80: the observed frame's destination; 57 OUT_DST_MAC would be the MAC after
 //! forwarding), SRC_VLAN(58), IP_PROTOCOL_VERSION(60), flowEndReason(136), APPLICATION_ID(95).
@@ -45,14 +46,16 @@
 //! IPFIX: octetDeltaCount(1), packetDeltaCount(2) (8 bytes), [reverse 1, 2],
 //! flowStartMilliseconds(152), flowEndMilliseconds(153), sourceIPv4Address(8) /
 //! sourceIPv6Address(27), destinationIPv4Address(12) / destinationIPv6Address(28),
-//! sourceTransportPort(7), destinationTransportPort(11), protocolIdentifier(4),
+//! sourceTransportPort(7), destinationTransportPort(11), bgpSourceAsNumber(16),
+//! bgpDestinationAsNumber(17) (4 bytes), protocolIdentifier(4),
 //! ipClassOfService(5), [reverse tcpControlBits(6)], tcpControlBits(6, 2 bytes),
 //! sourceMacAddress(56), destinationMacAddress(80), vlanId(58), icmpTypeCodeIPv4(32) /
 //! icmpTypeCodeIPv6(139), ipVersion(60), flowEndReason(136), applicationId(95),
 //! applicationName(96, variable length). No set padding.
 //!
 //! v5: IPv4 only (IPv6 flows are skipped and counted in [`ExportStats::skipped_ipv6`]), at most
-//! 30 records per datagram (28 in 1400 bytes); nexthop, ifIndexes, AS and masks 0; counters
+//! 30 records per datagram (28 in 1400 bytes); nexthop, ifIndexes and masks 0, AS numbers in
+//! 16 bits (a 4-byte one as AS_TRANS, 23456); counters
 //! and times saturate at 2^32 - 1 ([`ExportStats::clamped`]); an ICMP flow's type/code goes in
 //! the destination port, as routers do.
 //!
@@ -207,6 +210,8 @@ struct View<'a> {
     flags: u8,
     rev_flags: u8,
     icmp: u16,
+    src_as: u32,
+    dst_as: u32,
     f: &'a ExportFlow,
 }
 
@@ -228,6 +233,8 @@ impl<'a> View<'a> {
             flags: f.tcp_flags,
             rev_flags: if biflow { f.rev_tcp_flags } else { 0 },
             icmp: f.icmp_type_code,
+            src_as: f.src_as,
+            dst_as: f.dst_as,
             f,
         }
     }
@@ -249,6 +256,8 @@ impl<'a> View<'a> {
             flags: f.rev_tcp_flags,
             rev_flags: 0,
             icmp: 0,
+            src_as: f.dst_as,
+            dst_as: f.src_as,
             f,
         }
     }
@@ -290,6 +299,8 @@ enum Ie {
     EndReason,
     AppId,
     AppName,
+    SrcAs,
+    DstAs,
 }
 
 /// (element id, length, enterprise number or 0) of an element in a template.
@@ -327,6 +338,8 @@ fn ie_spec(ie: Ie, ipfix: bool) -> (u16, u16, u32) {
         Ie::EndReason => (136, 1, 0),
         Ie::AppId => (95, APP_ID_LEN, 0),
         Ie::AppName => (96, VARLEN, 0),
+        Ie::SrcAs => (16, 4, 0),
+        Ie::DstAs => (17, 4, 0),
     }
 }
 
@@ -344,6 +357,8 @@ fn v9_fields(v6: bool) -> Vec<Ie> {
     v.push(if v6 { Ie::DstV6 } else { Ie::DstV4 });
     v.extend([
         Ie::OutIf,
+        Ie::SrcAs,
+        Ie::DstAs,
         Ie::LastUptime,
         Ie::FirstUptime,
         Ie::Icmp,
@@ -368,7 +383,14 @@ fn ipfix_fields(v6: bool, biflow: bool) -> Vec<Ie> {
     } else {
         v.extend([Ie::SrcV4, Ie::DstV4]);
     }
-    v.extend([Ie::SrcPort, Ie::DstPort, Ie::Proto, Ie::Tos]);
+    v.extend([
+        Ie::SrcPort,
+        Ie::DstPort,
+        Ie::SrcAs,
+        Ie::DstAs,
+        Ie::Proto,
+        Ie::Tos,
+    ]);
     if biflow {
         // Before the forward flags: nfdump 1.7 stores reverseTcpControlBits in its (only)
         // flags field, and the element that comes last wins.
@@ -417,6 +439,12 @@ fn app_name(name: &str) -> &str {
     &name[..end]
 }
 
+/// An AS number in v5's 16 bits: a 4-byte one becomes AS_TRANS (23456), as RFC 6793 has
+/// 2-byte speakers say it.
+fn as16(asn: u32) -> u16 {
+    u16::try_from(asn).unwrap_or(23456)
+}
+
 /// Milliseconds since boot as a 32-bit sysUpTime (saturating below 0, wrapping at 2^32).
 fn uptime(ms: u64, boot_ms: u64) -> u32 {
     ms.saturating_sub(boot_ms) as u32
@@ -457,6 +485,8 @@ fn write_ie(b: &mut Vec<u8>, ie: Ie, r: &View, boot_ms: u64, ipfix: bool) {
         Ie::SrcV6 => b.extend_from_slice(&r.src),
         Ie::DstV6 => b.extend_from_slice(&r.dst),
         Ie::InIf | Ie::OutIf => put32(b, 0),
+        Ie::SrcAs => put32(b, r.src_as),
+        Ie::DstAs => put32(b, r.dst_as),
         Ie::FirstUptime => put32(b, uptime(f.first_ms, boot_ms)),
         Ie::LastUptime => put32(b, uptime(f.last_ms, boot_ms)),
         Ie::StartMs => put64(b, f.first_ms),
@@ -846,8 +876,8 @@ impl Exporter {
         b.push(r.flags);
         b.push(f.proto);
         b.push(f.tos);
-        put16(b, 0); // src_as
-        put16(b, 0); // dst_as
+        put16(b, as16(r.src_as));
+        put16(b, as16(r.dst_as));
         b.push(0); // src_mask
         b.push(0); // dst_mask
         put16(b, 0); // pad2

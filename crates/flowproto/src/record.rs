@@ -162,6 +162,9 @@ pub struct ExportFlow {
     pub app_name: String,
     /// flowEndReason (IE 136): 1 idle, 2 active, 3 end detected, 4 forced end, 5 lack of resources.
     pub end_reason: u8,
+    /// AS numbers of the client and the server (0: not known).
+    pub src_as: u32,
+    pub dst_as: u32,
 }
 
 #[cfg(test)]

@@ -358,10 +358,11 @@ fn v9_sizes_sequence_records() {
         assert_eq!(m.domain, 77);
         assert_eq!(m.uptime, 3_600_000);
         assert_eq!(m.secs as u64, NOW / 1000);
+        // In the first datagram and again after every 20 (the default refresh).
         assert_eq!(
             m.templates.len(),
-            if i == 0 { 2 } else { 0 },
-            "templates in the first datagram"
+            if i % 20 == 0 { 2 } else { 0 },
+            "templates in datagram {i}"
         );
         recs.extend(m.recs);
     }
@@ -780,4 +781,44 @@ fn the_collector_reads_every_element_the_exporter_writes() {
             }
         }
     }
+}
+
+/// AS numbers: bgpSource/DestinationAsNumber (4 bytes) in v9 and IPFIX, swapped in a
+/// reverse record; v5's 16-bit fields, with a 4-byte AS as AS_TRANS (23456).
+#[test]
+fn as_numbers_ride_in_every_format_by_end() {
+    let mut f = v4(1, true);
+    f.src_as = 15169;
+    f.dst_as = 4_200_000_000;
+    for (format, mode) in [
+        (ExportFormat::NetflowV9, IpfixMode::Biflow),
+        (ExportFormat::Ipfix, IpfixMode::Unidirectional),
+        (ExportFormat::Ipfix, IpfixMode::Biflow),
+    ] {
+        let mut c = cfg(format);
+        c.ipfix_mode = mode;
+        let mut e = Exporter::new(c);
+        let (mut known, mut out) = (HashMap::new(), Vec::new());
+        e.encode(std::slice::from_ref(&f), NOW, &mut out);
+        let recs: Vec<_> = out.iter().flat_map(|d| parse(d, &mut known).recs).collect();
+        let ases: Vec<_> = recs
+            .iter()
+            .map(|(_, r)| (num(r, 0, 16), num(r, 0, 17)))
+            .collect();
+        let want = if format == ExportFormat::Ipfix && mode == IpfixMode::Biflow {
+            vec![(15169, 4_200_000_000)]
+        } else {
+            vec![(15169, 4_200_000_000), (4_200_000_000, 15169)]
+        };
+        assert_eq!(ases, want, "{format:?} {mode:?}");
+        assert!(recs.iter().all(|(_, r)| r[&(0, 16)].len() == 4));
+    }
+    let mut e = Exporter::new(cfg(ExportFormat::NetflowV5));
+    let mut out = Vec::new();
+    e.encode(std::slice::from_ref(&f), NOW, &mut out);
+    let d = &out[0];
+    let ases: Vec<_> = (0..be16(d, 2) as usize)
+        .map(|i| (be16(d, 24 + 48 * i + 40), be16(d, 24 + 48 * i + 42)))
+        .collect();
+    assert_eq!(ases, [(15169, 23456), (23456, 15169)]);
 }

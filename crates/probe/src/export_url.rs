@@ -24,6 +24,7 @@ enum Target {
 pub struct ExportSpec {
     target: Target,
     queue: QueueRequest,
+    geo: Option<Arc<sonde_geo::GeoDb>>,
 }
 
 impl ExportSpec {
@@ -39,6 +40,7 @@ impl ExportSpec {
             return Ok(ExportSpec {
                 target: Target::Kafka(t),
                 queue,
+                geo: None,
             });
         }
         if text.starts_with("clickhouse://") {
@@ -47,6 +49,7 @@ impl ExportSpec {
             return Ok(ExportSpec {
                 target: Target::ClickHouse(ClickHouseTarget::parse(&url)?),
                 queue,
+                geo: None,
             });
         }
         if text.starts_with("cassandra://") {
@@ -55,12 +58,14 @@ impl ExportSpec {
             return Ok(ExportSpec {
                 target: Target::Cassandra(CassandraTarget::parse(&url)?),
                 queue,
+                geo: None,
             });
         }
         let (url, queue) = QueueRequest::split(text).map_err(|e| format!("--export {e}"))?;
         Ok(ExportSpec {
             target: Target::Flow(ExportTarget::parse(&url)?),
             queue,
+            geo: None,
         })
     }
 
@@ -74,13 +79,21 @@ impl ExportSpec {
         }
     }
 
+    /// NetFlow/IPFIX export writes the AS numbers of `geo` where no exporter gave them.
+    pub fn with_geo(mut self, geo: Option<Arc<sonde_geo::GeoDb>>) -> ExportSpec {
+        self.geo = geo;
+        self
+    }
+
     /// The sink to build at start, with its queue (`live`: the kind's default when full).
     pub fn plan(self, live: bool) -> SinkPlan {
         let kind = self.kind();
         let queue = sinks::registered(kind).queue(self.queue, live);
+        let geo = self.geo;
         let make: crate::config::SinkFactory = match self.target {
             Target::Flow(t) => Arc::new(move || {
-                FlowExportSink::open(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+                FlowExportSink::open(t.clone())
+                    .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
             Target::Kafka(t) => Arc::new(move || {
                 KafkaSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)

@@ -72,6 +72,8 @@ pub struct FlowExportSink {
     datagrams: Vec<Vec<u8>>,
     flows: Vec<sonde_flowproto::ExportFlow>,
     report: SinkReport,
+    /// `--geoip-dir`: AS numbers for flows no exporter gave them for.
+    geo: Option<std::sync::Arc<sonde_geo::GeoDb>>,
 }
 
 fn now_ms() -> u64 {
@@ -82,6 +84,12 @@ fn now_ms() -> u64 {
 }
 
 impl FlowExportSink {
+    /// Flows get the AS numbers of `geo` where no exporter gave them (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<std::sync::Arc<sonde_geo::GeoDb>>) -> Self {
+        self.geo = geo;
+        self
+    }
+
     pub fn open(target: ExportTarget) -> Result<FlowExportSink, String> {
         let mut cfg = ExporterConfig::new(target.format);
         cfg.transport = target.transport;
@@ -120,6 +128,7 @@ impl FlowExportSink {
             conn,
             datagrams: Vec::new(),
             flows: Vec::new(),
+            geo: None,
         };
         if let Conn::Tcp(Some(s)) = &mut sink.conn {
             let t = sink.exporter.templates_now(now_ms());
@@ -172,8 +181,9 @@ impl RecordSink for FlowExportSink {
 
     fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()> {
         self.flows.clear();
+        let geo = self.geo.as_deref();
         self.flows
-            .extend(batch.iter().map(sonde_export::export_flow));
+            .extend(batch.iter().map(|r| sonde_export::export_flow(r, geo)));
         self.exporter
             .encode(&self.flows, now_ms(), &mut self.datagrams);
         self.report.records += batch.len() as u64;

@@ -350,7 +350,8 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.dpi = dpi_config(cli)?;
     for text in &cli.export {
         let spec = ExportSpec::parse(text).map_err(anyhow::Error::msg)?;
-        cfg.extra_sinks.push(spec.plan(is_live));
+        cfg.extra_sinks
+            .push(spec.with_geo(cfg.geo.clone()).plan(is_live));
     }
     for text in &cli.zmq_export {
         let (endpoint, req) = QueueRequest::split_allowing(text, ZmqSink::OPTIONS)

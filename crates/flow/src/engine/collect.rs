@@ -132,7 +132,7 @@ impl Engine {
         // All-zero values (an ICMP type of a TCP flow, say) say nothing: not kept.
         let extra = c.extra.iter().any(|(_, _, v)| v.iter().any(|&b| b != 0));
         if extra || !c.extra_text.is_empty() {
-            self.keep_extra(slot, c);
+            self.keep_extra(slot, dir, c);
         }
         if last > self.now_ns {
             self.now_ns = last;
@@ -203,8 +203,11 @@ impl Engine {
     /// Keeps a collected record's metadata fields and uninterpreted fields with its flow
     /// (latest value per name, at most [`MAX_EXTRA`] uninterpreted names) so the flow's record
     /// shows them.
-    fn keep_extra(&mut self, slot: u32, c: &CollectedFlow) {
+    fn keep_extra(&mut self, slot: u32, dir: usize, c: &CollectedFlow) {
         let i = slot as usize;
+        // The record's source is the flow's client unless the record is the reverse half (a
+        // v5/v9 exporter sends one record per direction): then its source AS is the server's.
+        let src_is_client = self.flows[i].client_dir() == dir;
         if self.dpi_meta.len() <= i {
             self.dpi_meta.resize_with(i + 1, || None);
         }
@@ -213,9 +216,21 @@ impl Engine {
             .extra
             .iter()
             .filter(|(_, _, v)| v.iter().any(|&b| b != 0))
-            .map(|(pen, id, v)| {
-                let hex: String = v.iter().take(64).map(|b| format!("{b:02x}")).collect();
-                (format!("IE{pen}.{id}"), hex)
+            .map(|(pen, id, v)| match (pen, id) {
+                // bgpSourceAsNumber, bgpDestinationAsNumber: kept as numbers, by end.
+                (0, 16 | 17) if v.len() <= 4 => {
+                    let n = v.iter().fold(0u32, |n, &b| n << 8 | u32::from(b));
+                    let key = if (*id == 16) == src_is_client {
+                        "SRC_AS"
+                    } else {
+                        "DST_AS"
+                    };
+                    (key.to_string(), n.to_string())
+                }
+                _ => {
+                    let hex: String = v.iter().take(64).map(|b| format!("{b:02x}")).collect();
+                    (format!("IE{pen}.{id}"), hex)
+                }
             });
         let named = c
             .extra_text

@@ -301,6 +301,51 @@ fn collected_records_merge_into_flows_and_hosts() {
     assert_eq!(sent, 18);
 }
 
+/// bgpSource/DestinationAsNumber (IE 16/17, NetFlow v5's fields) become the flow's SRC_AS and
+/// DST_AS, by end: the reverse record's source AS is the server's.
+#[test]
+fn collected_as_numbers_are_kept_by_end() {
+    let mut e = Engine::new(EngineConfig::default());
+    let rec = sonde_flowproto::CollectedFlow {
+        ip_version: 4,
+        src: v4([10, 0, 0, 1]),
+        dst: v4([10, 0, 0, 2]),
+        sport: 40000,
+        dport: 443,
+        proto: 6,
+        packets: 1,
+        bytes: 100,
+        first_ms: 1_700_000_000_000,
+        last_ms: 1_700_000_000_000,
+        sampling: 1,
+        extra: vec![
+            (0, 16, vec![0xfd, 0xe8]),
+            (0, 17, vec![0, 0, 0x3b, 0x41]),
+            (0, 9, vec![24]),
+        ],
+        ..Default::default()
+    };
+    e.ingest_flow(&rec, 1_700_000_001 * S);
+    // The reply, as its own record: source AS 15169 is the server's (as the first said).
+    let back = sonde_flowproto::CollectedFlow {
+        src: rec.dst,
+        dst: rec.src,
+        sport: 443,
+        dport: 40000,
+        extra: vec![(0, 16, vec![0, 0, 0x3b, 0x41]), (0, 17, vec![0xfd, 0xe9])],
+        ..rec.clone()
+    };
+    e.ingest_flow(&back, 1_700_000_001 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 1);
+    let m = out[0].meta.as_deref().expect("metadata");
+    // The reply's destination AS (the client's) is the latest word on the client.
+    assert_eq!((m.src_as, m.dst_as), (65001, 15169));
+    assert_eq!(m.extra, [("IE0.9".to_string(), "18".to_string())]);
+}
+
 /// A biflow record's reverse TCP flags go to the server's side, and an ICMP record's type
 /// and code to the flow.
 #[test]
