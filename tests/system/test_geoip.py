@@ -402,3 +402,73 @@ def test_nfdump_reads_the_as_numbers_of_our_export(fmt, sonde, corpus, geo_dir, 
             assert int(got) == want, (fmt, addr, r)
             with_as += want != 0
     assert with_as > 0, "no exported address has an AS"
+
+
+def test_history_queries_filter_by_country_and_as(sonde, corpus, geo_dir, as_ranges, workdir):
+    """`sonde query flows --country/--asn` (and hosts, apps): exactly the stored flows with
+    an end placed there, by the oracle's answers for their addresses."""
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    data = workdir / "data"
+    p = sonde("-r", pcap, "--data-dir", data, "-q")
+    assert p.returncode == 0, p.stderr
+
+    def query(*args):
+        p = sonde("query", "--data-dir", data, "--geoip-dir", geo_dir, "flows", "--format",
+                  "jsonl", "--limit", "100000", *args)
+        assert p.returncode == 0, p.stderr
+        return [json.loads(l) for l in p.stdout.splitlines()]
+
+    every = query()
+    assert len(every) > 10
+    ends = lambda r: (_addr_of(r, "SRC"), _addr_of(r, "DST"))
+    for r in every:  # stored flows read with --geoip-dir carry the fields too
+        for side, addr in zip(("SRC", "DST"), ends(r)):
+            assert r[f"{side}_AS"] == (expected(addr, as_ranges)[1] or 0), r
+    key = lambda r: (ends(r), r["L4_SRC_PORT"], r["L4_DST_PORT"], r["PROTOCOL"],
+                     r["FLOW_START_MILLISECONDS"])
+    countries = collections.Counter(c for r in every for c in
+                                    {expected(a, as_ranges)[0] for a in ends(r)} if c)
+    asns = collections.Counter(a for r in every for a in
+                               {expected(x, as_ranges)[1] for x in ends(r)} if a)
+    assert countries and asns
+    for country in countries:
+        want = sorted(key(r) for r in every
+                      if country in {expected(a, as_ranges)[0] for a in ends(r)})
+        assert sorted(key(r) for r in query("--country", country.lower())) == want, country
+    for asn in list(asns)[:5]:
+        want = sorted(key(r) for r in every if asn in {expected(a, as_ranges)[1] for a in ends(r)})
+        assert sorted(key(r) for r in query("--asn", f"AS{asn}")) == want, asn
+    # Errors name the flag and the fix.
+    p = sonde("query", "--data-dir", data, "flows", "--country", "US")
+    assert p.returncode != 0 and "--geoip-dir" in p.stderr, p.stderr
+    p = sonde("query", "--data-dir", data, "--geoip-dir", geo_dir, "flows", "--country", "USA")
+    assert p.returncode != 0 and "two-letter" in p.stderr, p.stderr
+    p = sonde("query", "--data-dir", data, "--geoip-dir", geo_dir, "hosts", "--asn", "x1")
+    assert p.returncode != 0 and "AS number" in p.stderr, p.stderr
+    # The API's history filters give the same flows (another sonde serving that directory).
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde.binary), "-r", str(pcap), "--data-dir", str(data), "--http",
+         f"127.0.0.1:{port}", "--no-auth", "--duration", "30", "--geoip-dir", str(geo_dir), "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        deadline = time.time() + 20
+        while True:
+            try:
+                get_json(base, "/api/v1/health")
+                break
+            except (urllib.error.URLError, ConnectionError):
+                assert time.time() < deadline and proc.poll() is None
+                time.sleep(0.1)
+        country = countries.most_common(1)[0][0]
+        got = get_json(base, f"/api/v1/history/flows?country={country}&limit=1000")["flows"]
+        assert sorted(key(r) for r in got) == sorted(key(r) for r in query("--country", country))
+        status, text = api_error(base, "/api/v1/history/flows?asn=zz")
+        assert status == 400 and "AS number" in str(text)
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+        proc.communicate(timeout=30)

@@ -484,6 +484,35 @@ impl GeoDb {
     }
 }
 
+/// `15169` or `AS15169` (any case).
+pub fn parse_asn(s: &str) -> Option<u32> {
+    let digits = s
+        .strip_prefix("AS")
+        .or_else(|| s.strip_prefix("as"))
+        .unwrap_or(s);
+    digits.parse().ok()
+}
+
+impl GeoDb {
+    /// A test of an address (as flow and host keys hold it: version, bytes with IPv4 in the
+    /// first 4) for being in `country` and in `asn` (each when given), for history filters.
+    pub fn place_test(
+        self: &std::sync::Arc<Self>,
+        country: Option<Country>,
+        asn: Option<u32>,
+    ) -> impl Fn(&[u8; 16], u8) -> bool + Send + Sync + 'static {
+        let db = self.clone();
+        move |addr, version| {
+            let ip = if version == 4 {
+                IpAddr::V4(Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]))
+            } else {
+                IpAddr::V6(Ipv6Addr::from(*addr))
+            };
+            country.is_none_or(|c| db.country(ip) == Some(c)) && asn.is_none_or(|a| db.asn(ip) == a)
+        }
+    }
+}
+
 /// An address no registry places anywhere: private (RFC 1918, RFC 4193), shared (RFC 6598),
 /// loopback, link-local, multicast, documentation, unspecified, broadcast and reserved ones.
 /// An IPv4-mapped IPv6 address is its IPv4 address.

@@ -68,6 +68,7 @@ impl FilterText<'_> {
             port,
             proto,
             app,
+            place: None,
         })
     }
 }

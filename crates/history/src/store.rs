@@ -698,6 +698,25 @@ pub struct Filter {
     pub proto: Option<u8>,
     /// The application label's protocol or service number (nDPI numbering).
     pub app: Option<u16>,
+    /// Either end passes this test of its address (a country or an AS by `--geoip-dir`).
+    pub place: Option<EndTest>,
+}
+
+/// A test of one end's address (its version and bytes, IPv4 in the first 4), named for the
+/// messages that show a filter.
+#[derive(Clone)]
+pub struct EndTest {
+    pub what: String,
+    pub test: AddrTest,
+}
+
+/// Whether an address (its bytes and IP version) passes.
+pub type AddrTest = std::sync::Arc<dyn Fn(&[u8; 16], u8) -> bool + Send + Sync>;
+
+impl std::fmt::Debug for EndTest {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "EndTest({})", self.what)
+    }
 }
 
 /// An address prefix.
@@ -746,6 +765,9 @@ impl Filter {
             && self.port.is_none_or(|p| k.port_a == p || k.port_b == p)
             && self.proto.is_none_or(|p| k.proto == p)
             && self.app.is_none_or(|a| s.l7_proto == a || s.l7_app == a)
+            && self.place.as_ref().is_none_or(|p| {
+                (p.test)(&k.addr_a, k.ip_version) || (p.test)(&k.addr_b, k.ip_version)
+            })
     }
 }
 

@@ -53,6 +53,42 @@ fn filter_of(q: &HashMap<String, String>) -> Result<Filter, ApiError> {
     .map_err(bad)
 }
 
+/// `country=` and `asn=`: flows with either end placed there by `--geoip-dir` (looked up as
+/// the flows are read: the store keeps addresses only). The ClickHouse history is read with
+/// SQL, where the databases are not: refused there.
+fn place_of(
+    s: &AppState,
+    q: &HashMap<String, String>,
+    src: &Source,
+    filter: &mut Filter,
+) -> Result<(), ApiError> {
+    let (country, asn) = crate::geo_params(&s.view, q)?;
+    if country.is_none() && asn.is_none() {
+        return Ok(());
+    }
+    if matches!(src, Source::ClickHouse(_)) {
+        return Err(bad(
+            "country=/asn=: the ClickHouse history is read with SQL, without the GeoIP \
+             databases; these filters work on a --data-dir history"
+                .to_string(),
+        ));
+    }
+    let Some(geo) = s.view.geo() else {
+        return Err(bad(crate::NO_GEO.to_string()));
+    };
+    let what = match (country, asn) {
+        (Some(c), Some(a)) => format!("country {c}, AS{a}"),
+        (Some(c), None) => format!("country {c}"),
+        (None, Some(a)) => format!("AS{a}"),
+        (None, None) => String::new(),
+    };
+    filter.place = Some(sonde_history::store::EndTest {
+        what,
+        test: Arc::new(geo.place_test(country, asn)),
+    });
+    Ok(())
+}
+
 /// Where the flow history is read from.
 enum Source {
     Dir(PathBuf),
@@ -123,7 +159,8 @@ pub(crate) async fn flows(
     Query(q): Query<HashMap<String, String>>,
 ) -> Result<Response, ApiError> {
     let src = source(&s, "flow history")?;
-    let filter = filter_of(&q)?;
+    let mut filter = filter_of(&q)?;
+    place_of(&s, &q, &src, &mut filter)?;
     let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 50)?;
     let local = s.view.local_networks().clone();
@@ -193,7 +230,8 @@ pub(crate) async fn top(
         }
     };
     let src = source(&s, "flow history")?;
-    let filter = filter_of(&q)?;
+    let mut filter = filter_of(&q)?;
+    place_of(&s, &q, &src, &mut filter)?;
     let origin = origin_of(&q, &src)?;
     let (offset, limit) = page_of(&q, 10)?;
     let by = match q.get("sort").map_or("bytes", String::as_str) {

@@ -819,7 +819,7 @@ fn local_param(q: &HashMap<String, String>) -> Result<Option<bool>, ApiError> {
 
 /// `country=US` and `asn=15169`: hosts located there (with `--geoip-dir`; without, asking is
 /// an error that says so).
-fn geo_params(
+pub(crate) fn geo_params(
     view: &ProbeView,
     q: &HashMap<String, String>,
 ) -> Result<(Option<sonde_geo::Country>, Option<u32>), ApiError> {
@@ -834,9 +834,8 @@ fn geo_params(
     let asn = match q.get("asn").map(String::as_str) {
         None | Some("") => None,
         Some(a) => Some(
-            a.trim_start_matches("AS")
-                .parse::<u32>()
-                .map_err(|_| bad(format!("asn={a:?}: use an AS number (15169 or AS15169)")))?,
+            sonde_geo::parse_asn(a)
+                .ok_or_else(|| bad(format!("asn={a:?}: use an AS number (15169 or AS15169)")))?,
         ),
     };
     if (country.is_some() || asn.is_some()) && view.geo().is_none() {
@@ -845,7 +844,7 @@ fn geo_params(
     Ok((country, asn))
 }
 
-const NO_GEO: &str =
+pub(crate) const NO_GEO: &str =
     "no GeoIP database: start sonde with --geoip-dir DIR (`make geoip` fetches free ones)";
 
 fn geo_matches(

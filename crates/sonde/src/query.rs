@@ -22,6 +22,10 @@ pub struct QueryCli {
     /// wrote, every probe's): clickhouse://HOST:PORT/DB[?table=T].
     #[arg(long, value_name = "URL", global = true)]
     history: Option<String>,
+    /// GeoIP databases (as sonde's --geoip-dir): flows get SRC_AS, DST_AS, SRC_IP_COUNTRY and
+    /// DST_IP_COUNTRY, and --country/--asn filter by them.
+    #[arg(long, value_name = "DIR", global = true)]
+    geoip_dir: Option<PathBuf>,
     #[command(subcommand)]
     what: What,
 }
@@ -174,6 +178,12 @@ struct Common {
     /// Only what this probe or exporter sent (with --history clickhouse://…).
     #[arg(long, value_name = "ADDR")]
     exporter: Option<std::net::IpAddr>,
+    /// Flows with either end in this country (ISO 3166 code, e.g. US); needs --geoip-dir.
+    #[arg(long, value_name = "CC")]
+    country: Option<String>,
+    /// Flows with either end in this AS (15169 or AS15169); needs --geoip-dir.
+    #[arg(long, value_name = "ASN")]
+    asn: Option<String>,
     /// At most this many rows.
     #[arg(long, default_value_t = 100)]
     limit: usize,
@@ -278,6 +288,12 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         ),
         None => Source::Dir(FlowReader::open(&cli.data_dir).map_err(anyhow::Error::msg)?),
     };
+    let geo = cli
+        .geoip_dir
+        .as_deref()
+        .map(|d| sonde_geo::GeoDb::open_dir(d).map(std::sync::Arc::new))
+        .transpose()
+        .map_err(anyhow::Error::msg)?;
     let now_ms = std::time::SystemTime::now()
         .duration_since(std::time::UNIX_EPOCH)
         .map_or(0, |d| d.as_millis() as u64);
@@ -286,7 +302,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
     match cli.what {
         What::Flows(c) => {
             check_origin(&c, &source)?;
-            let filter = filter_of(&c, now_ms)?;
+            let filter = filter_of(&c, now_ms, geo.as_ref(), &source)?;
             let flows = match &source {
                 Source::Dir(reader) => {
                     query::flows(reader, &filter, c.offset, c.limit)
@@ -299,7 +315,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
             };
             match c.format {
                 OutFormat::Jsonl => {
-                    let mut w = FlowWriter::new(&mut out, Format::Json);
+                    let mut w = FlowWriter::new(&mut out, Format::Json).with_geo(geo.clone());
                     for r in &flows {
                         w.write(r)?;
                     }
@@ -310,7 +326,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         }
         What::Hosts(r) => {
             check_origin(&r.common, &source)?;
-            let filter = filter_of(&r.common, now_ms)?;
+            let filter = filter_of(&r.common, now_ms, geo.as_ref(), &source)?;
             let n = r.common.offset + r.common.limit;
             let top = match &source {
                 Source::Dir(reader) => {
@@ -334,7 +350,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
         }
         What::Apps(r) => {
             check_origin(&r.common, &source)?;
-            let filter = filter_of(&r.common, now_ms)?;
+            let filter = filter_of(&r.common, now_ms, geo.as_ref(), &source)?;
             let n = r.common.offset + r.common.limit;
             let top = match &source {
                 Source::Dir(reader) => {
@@ -744,7 +760,12 @@ fn metric(s: SortArg) -> Metric {
     }
 }
 
-fn filter_of(c: &Common, now_ms: u64) -> Result<Filter> {
+fn filter_of(
+    c: &Common,
+    now_ms: u64,
+    geo: Option<&std::sync::Arc<sonde_geo::GeoDb>>,
+    source: &Source,
+) -> Result<Filter> {
     let text = FilterText {
         from: c.from.as_deref(),
         to: c.to.as_deref(),
@@ -757,6 +778,38 @@ fn filter_of(c: &Common, now_ms: u64) -> Result<Filter> {
         .parse(now_ms, |f| format!("--{f}"))
         .map_err(anyhow::Error::msg)?;
     filter.port = c.port;
+    let country = c
+        .country
+        .as_deref()
+        .map(|t| {
+            sonde_geo::Country::parse(t).ok_or_else(|| {
+                anyhow::anyhow!("--country '{t}': use a two-letter code (US, DE, …)")
+            })
+        })
+        .transpose()?;
+    let asn = c
+        .asn
+        .as_deref()
+        .map(|t| {
+            sonde_geo::parse_asn(t)
+                .ok_or_else(|| anyhow::anyhow!("--asn '{t}': use an AS number (15169 or AS15169)"))
+        })
+        .transpose()?;
+    if country.is_some() || asn.is_some() {
+        let Some(geo) = geo else {
+            bail!("--country and --asn need --geoip-dir DIR (the databases sonde runs with)");
+        };
+        if matches!(source, Source::ClickHouse(_)) {
+            bail!(
+                "--country and --asn: the ClickHouse history is read with SQL, without the GeoIP \
+                 databases; they work on a --data-dir history"
+            );
+        }
+        filter.place = Some(sonde_history::store::EndTest {
+            what: format!("{country:?} {asn:?}"),
+            test: std::sync::Arc::new(geo.place_test(country, asn)),
+        });
+    }
     Ok(filter)
 }
 
