@@ -277,22 +277,72 @@ fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&str, Option<&str>, b
     }
 }
 
+/// Bytes that start an escape in [`push_json_str`] (or may: 0xe2 starts U+2028 and U+2029).
+static ESCAPE_START: [bool; 256] = {
+    let mut t = [false; 256];
+    let mut c = 0;
+    while c < 0x20 {
+        t[c] = true;
+        c += 1;
+    }
+    t[0x7f] = true;
+    t[b'"' as usize] = true;
+    t[b'\\' as usize] = true;
+    t[b'<' as usize] = true;
+    t[b'>' as usize] = true;
+    t[b'&' as usize] = true;
+    t[0xe2] = true;
+    t
+};
+
 /// Appends `v` as the inside of a JSON string. Besides what JSON requires, `<`, `>` and `&` are
 /// escaped too: values that came off the wire stay inert if the line is embedded in HTML.
 pub fn push_json_str(line: &mut String, v: &str) {
-    for c in v.chars() {
-        match c {
-            '"' => line.push_str("\\\""),
-            '\\' => line.push_str("\\\\"),
-            '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
-                let _ = write!(line, "\\u{:04x}", c as u32);
+    // Runs of bytes that need no escape are copied whole (most values are all such bytes).
+    // Every byte that starts an escape is ASCII or the first of U+2028/U+2029's three, so the
+    // runs end on character boundaries.
+    let b = v.as_bytes();
+    let mut run = 0;
+    let mut i = 0;
+    while i < b.len() {
+        // The common case: a table lookup per byte until one that may need an escape.
+        if !ESCAPE_START[b[i] as usize] {
+            i += 1;
+            continue;
+        }
+        let c = b[i];
+        let esc: Option<(&str, usize)> = match c {
+            b'"' => Some(("\\\"", 1)),
+            b'\\' => Some(("\\\\", 1)),
+            b'<' => Some(("\\u003c", 1)),
+            b'>' => Some(("\\u003e", 1)),
+            b'&' => Some(("\\u0026", 1)),
+            0xe2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xa8) => {
+                Some(("\\u2028", 3))
             }
-            c if (c as u32) < 0x20 || c == '\u{7f}' => {
-                let _ = write!(line, "\\u{:04x}", c as u32);
+            0xe2 if b.get(i + 1) == Some(&0x80) && b.get(i + 2) == Some(&0xa9) => {
+                Some(("\\u2029", 3))
             }
-            c => line.push(c),
+            c if c < 0x20 || c == 0x7f => {
+                line.push_str(&v[run..i]);
+                let _ = write!(line, "\\u{:04x}", c);
+                i += 1;
+                run = i;
+                continue;
+            }
+            _ => None,
+        };
+        match esc {
+            Some((text, len)) => {
+                line.push_str(&v[run..i]);
+                line.push_str(text);
+                i += len;
+                run = i;
+            }
+            None => i += 1,
         }
     }
+    line.push_str(&v[run..]);
 }
 
 /// Appends `v` as one CSV cell: quoted when it holds a separator, quote or line break, and with
@@ -686,6 +736,68 @@ mod tests {
         );
         assert!(v.get("SRC_IP_COUNTRY").is_none(), "{v}");
         assert_eq!(v["SRC_AS"], 0);
+    }
+
+    /// The escaping as one rule per character, to check the byte-run version against.
+    fn json_str_by_char(v: &str) -> String {
+        let mut line = String::new();
+        for c in v.chars() {
+            match c {
+                '"' => line.push_str("\\\""),
+                '\\' => line.push_str("\\\\"),
+                '<' | '>' | '&' | '\u{2028}' | '\u{2029}' => {
+                    let _ = write!(line, "\\u{:04x}", c as u32);
+                }
+                c if (c as u32) < 0x20 || c == '\u{7f}' => {
+                    let _ = write!(line, "\\u{:04x}", c as u32);
+                }
+                c => line.push(c),
+            }
+        }
+        line
+    }
+
+    #[test]
+    fn json_strings_escape_as_the_per_character_rule_does() {
+        let mut cases: Vec<String> = [
+            "",
+            "plain",
+            "\"",
+            "a\\b",
+            "<script>&amp;</script>",
+            "\u{1}\u{1f}\u{7f}x",
+            "\n\r\t",
+            "\u{2028}\u{2029}",
+            "\u{2027}\u{202a}€",
+            "日本語😀",
+            "ends with \u{e2}",
+            "x\u{2028}",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        // Random strings over a small alphabet of every kind of character.
+        let alphabet: Vec<char> = "a\"\\<>&\u{0}\u{1f}\u{7f}\u{80}é€\u{2028}\u{2029}\u{2026}😀 "
+            .chars()
+            .collect();
+        let mut x = 0x2545_f491_u32;
+        for _ in 0..2000 {
+            let mut s = String::new();
+            for _ in 0..(x % 12) {
+                x ^= x << 13;
+                x ^= x >> 17;
+                x ^= x << 5;
+                s.push(alphabet[x as usize % alphabet.len()]);
+            }
+            cases.push(s);
+        }
+        for s in cases {
+            let mut got = String::from("prefix");
+            push_json_str(&mut got, &s);
+            assert_eq!(got, format!("prefix{}", json_str_by_char(&s)), "{s:?}");
+            let back: String = serde_json::from_str(&format!("\"{}\"", &got[6..])).unwrap();
+            assert_eq!(back, s);
+        }
     }
 
     #[test]

@@ -190,15 +190,39 @@ impl<T: Addr> Ranges<T> {
 struct RangeTable {
     v4: Ranges<u32>,
     v6: Ranges<u128>,
+    /// `v4_index[p]`: the first IPv4 range starting at or after `p << 16` (65,537 entries): a
+    /// lookup searches only the ranges of its /16, not all 400k (each step of a search over
+    /// the whole table is a cache miss).
+    v4_index: Vec<u32>,
     files: Vec<PathBuf>,
 }
 
 impl RangeTable {
+    fn index_v4(&mut self) {
+        let starts = &self.v4.starts;
+        self.v4_index = (0..=1u64 << 16)
+            .map(|p| starts.partition_point(|s| u64::from(*s) < p << 16) as u32)
+            .collect();
+    }
+
+    fn lookup_v4(&self, a: u32) -> u32 {
+        let p = (a >> 16) as usize;
+        let (lo, hi) = (self.v4_index[p] as usize, self.v4_index[p + 1] as usize);
+        // Ranges before `lo` start before this /16, those from `hi` after it: the last range
+        // starting at or before `a` is in lo..hi, or is the one just before lo.
+        let i = lo + self.v4.starts[lo..hi].partition_point(|s| *s <= a);
+        if i > 0 && self.v4.ends[i - 1] >= a {
+            self.v4.vals[i - 1]
+        } else {
+            0
+        }
+    }
+
     fn lookup(&self, ip: IpAddr) -> u32 {
         match ip {
-            IpAddr::V4(a) => self.v4.lookup(u32::from(a)),
+            IpAddr::V4(a) => self.lookup_v4(u32::from(a)),
             IpAddr::V6(a) => match a.to_ipv4_mapped() {
-                Some(v4) => self.v4.lookup(u32::from(v4)),
+                Some(v4) => self.lookup_v4(u32::from(v4)),
                 None => self.v6.lookup(u128::from(a)),
             },
         }
@@ -589,6 +613,7 @@ fn load_ranges(
     let mut t = RangeTable {
         v4: Ranges::new(),
         v6: Ranges::new(),
+        v4_index: Vec::new(),
         files: Vec::new(),
     };
     if let Some(p) = v4 {
@@ -613,6 +638,7 @@ fn load_ranges(
         t.v6.finish();
         t.files.push(p.to_path_buf());
     }
+    t.index_v4();
     Ok(t)
 }
 
@@ -846,6 +872,33 @@ mod tests {
                 assert!(w.1 < &w.0[1], "not disjoint: {list:?}");
             }
         }
+        // The /16 index finds what a search of the whole table finds, over the whole space.
+        let mut t = RangeTable {
+            v4: Ranges::new(),
+            v6: Ranges::new(),
+            v4_index: Vec::new(),
+            files: Vec::new(),
+        };
+        for v in 1..3000u32 {
+            let s = rnd(u32::MAX);
+            let e = s.saturating_add(rnd(1 << (v % 28)));
+            t.v4.push(s, e, v);
+        }
+        t.v4.push(0, 0, 9000);
+        t.v4.push(u32::MAX - 3, u32::MAX, 9001);
+        t.v4.finish();
+        t.index_v4();
+        for k in 0..200_000u32 {
+            let a = if k < 100 {
+                u32::MAX - k
+            } else {
+                rnd(u32::MAX).wrapping_add(k & 1)
+            };
+            assert_eq!(t.lookup_v4(a), t.v4.lookup(a), "{a}");
+            let s = t.v4.starts[k as usize % t.v4.len()];
+            assert_eq!(t.lookup_v4(s), t.v4.lookup(s), "start {s}");
+        }
+        assert_eq!((t.lookup_v4(0), t.lookup_v4(u32::MAX)), (9000, 9001));
         let mut edge = Ranges::<u32>::new();
         edge.push(0, u32::MAX, 1);
         edge.push(u32::MAX, u32::MAX, 2);
