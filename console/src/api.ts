@@ -127,6 +127,24 @@ export interface Flow {
    * server's field table, so new fields arrive without a change here). Attacker data.
    */
   meta?: FlowMeta;
+  /** TCP flows: retransmitted and out-of-order packets per side, the handshake's round trip halves (null until seen). */
+  client_retransmits?: number;
+  server_retransmits?: number;
+  client_out_of_order?: number;
+  server_out_of_order?: number;
+  rtt_client_ms?: number | null;
+  rtt_server_ms?: number | null;
+}
+
+/** A host's TCP health over its live flows (`/api/v1/hosts/{ip}`). */
+export interface HostTcp {
+  flows: number;
+  retransmits_sent: number;
+  retransmits_rcvd: number;
+  out_of_order_sent: number;
+  out_of_order_rcvd: number;
+  handshakes: number;
+  rtt_median_ms: number | null;
 }
 
 /** Metadata values: wire text, numbers (codes, durations), or lists of wire strings. */
@@ -157,6 +175,7 @@ export interface Ranked {
 
 export interface HostDetail {
   host: Host[];
+  tcp?: HostTcp;
   flows_total: number;
   flows: Flow[];
   peers: Ranked[];

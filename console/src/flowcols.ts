@@ -65,6 +65,25 @@ export function directionCell(d: string | undefined): HTMLElement | string {
   return el('span', { class: 'direction', 'data-direction': d }, d);
 }
 
+/**
+ * A TCP flow's retransmitted and out-of-order packets, both sides together ("2 / 0"), with each
+ * side's in the tooltip; marked when there are any. Other flows: a dash.
+ */
+export function tcpHealthCell(f: Flow): HTMLElement | string {
+  if (f.client_retransmits === undefined) return '–';
+  const retr = f.client_retransmits + (f.server_retransmits ?? 0);
+  const ooo = (f.client_out_of_order ?? 0) + (f.server_out_of_order ?? 0);
+  const title = `retransmitted: client ${f.client_retransmits}, server ${f.server_retransmits ?? 0}; out of order: client ${f.client_out_of_order ?? 0}, server ${f.server_out_of_order ?? 0}`;
+  return el('span', { class: retr + ooo > 0 ? 'tcp-bad' : 'tcp-ok', title, 'data-retransmits': retr, 'data-ooo': ooo }, `${fmt.count(retr)} / ${fmt.count(ooo)}`);
+}
+
+/** The handshake's round trip (client and server halves added), when both were seen. */
+export function rttCell(f: Flow): HTMLElement | string {
+  if (f.rtt_client_ms == null || f.rtt_server_ms == null) return '–';
+  const total = f.rtt_client_ms + f.rtt_server_ms;
+  return el('span', { title: `client side ${f.rtt_client_ms.toFixed(3)} ms, server side ${f.rtt_server_ms.toFixed(3)} ms`, 'data-rtt': total.toFixed(3) }, `${total.toFixed(1)} ms`);
+}
+
 /** `direction`: a Direction column (only when --local-networks are set). */
 export function flowColumns(opts: { sortable: boolean; direction?: boolean }): Column<Flow>[] {
   const s = (k: string) => (opts.sortable ? k : undefined);
@@ -91,6 +110,8 @@ export function flowColumns(opts: { sortable: boolean; direction?: boolean }): C
       cell: (f) => num(f.client_packets + f.server_packets, fmt.count(f.client_packets + f.server_packets)),
     },
     { label: 'Duration', numeric: true, cell: (f) => fmt.duration((f.last_seen_ms - f.first_seen_ms) / 1000) },
+    { label: 'Retr. / OOO', numeric: true, cell: tcpHealthCell },
+    { label: 'RTT', numeric: true, cell: rttCell },
     { label: 'Last seen', sort: s('last_seen'), cell: (f) => fmt.time(f.last_seen_ms, true) },
   ];
 }

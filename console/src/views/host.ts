@@ -3,7 +3,7 @@
 // traffic chart is drawn from the differences between two refreshes. With --data-dir, a chart
 // of its stored series too (#/host/10.0.0.1?vlan=5 for its traffic on VLAN 5).
 
-import { api, ApiError, subscribe, type Flow, type Host, type HostDetail } from '../api';
+import { api, ApiError, subscribe, type Flow, type Host, type HostDetail, type HostTcp } from '../api';
 import { TimeChart } from '../chart';
 import { card, el, heading, link, replace } from '../dom';
 import { appCell, flowColumns, hostLink } from '../flowcols';
@@ -46,6 +46,28 @@ function counters(h: Host, local: boolean): HTMLElement {
   return el('dl', { class: 'stats', 'data-vlan': h.vlan }, ...items);
 }
 
+/** The host's TCP health over its live TCP flows: what it retransmitted and received again,
+ * packets out of order, and the median handshake round trip. */
+function tcpHealth(t: HostTcp): HTMLElement {
+  const stat = (key: string, label: string, text: string, bad = false) =>
+    el('div', { class: 'stat' }, el('dt', {}, label), el('dd', { 'data-tcp': key, class: bad ? 'tcp-bad' : undefined }, text));
+  return el(
+    'section',
+    { class: 'card wide', 'aria-labelledby': 'host-tcp', 'data-card': 'tcp' },
+    el('h2', { id: 'host-tcp' }, 'TCP health'),
+    el('p', { class: 'note' }, `Over its ${fmt.count(t.flows)} live TCP flows.`),
+    el(
+      'dl',
+      { class: 'stats' },
+      stat('retransmits_sent', 'Retransmitted (sent)', fmt.count(t.retransmits_sent), t.retransmits_sent > 0),
+      stat('retransmits_rcvd', 'Retransmitted (received)', fmt.count(t.retransmits_rcvd), t.retransmits_rcvd > 0),
+      stat('out_of_order_sent', 'Out of order (sent)', fmt.count(t.out_of_order_sent), t.out_of_order_sent > 0),
+      stat('out_of_order_rcvd', 'Out of order (received)', fmt.count(t.out_of_order_rcvd), t.out_of_order_rcvd > 0),
+      stat('rtt_median_ms', `Handshake RTT, median of ${fmt.count(t.handshakes)}`, t.rtt_median_ms == null ? '–' : `${t.rtt_median_ms.toFixed(1)} ms`),
+    ),
+  );
+}
+
 export const host: View = (root, route, ctx) => {
   const ip = route.arg;
   const vlan = Number(route.params.get('vlan')) || 0;
@@ -60,6 +82,7 @@ export const host: View = (root, route, ctx) => {
     ],
   });
   const blocks = el('div', { class: 'host-counters' });
+  const tcpBox = el('div');
   const status = el('p', { class: 'error', role: 'alert' });
   const apps = rankedTable('Applications of this host', 'Application', (r) => appCell(r.application ?? null), 'None.');
   const peers = rankedTable('Peers of this host', 'Peer', (r) => hostLink(r.ip ?? ''), 'None.');
@@ -74,6 +97,7 @@ export const host: View = (root, route, ctx) => {
     heading(`Host ${ip}`, link(href('flows', '', { host: ip }), 'All its flows →', { class: 'more' })),
     status,
     blocks,
+    tcpBox,
     el('section', { class: 'card wide', 'aria-labelledby': 'host-tp' }, el('h2', { id: 'host-tp' }, 'Traffic'), chart.el),
     ...(long ? [long.el] : []),
     el('div', { class: 'grid' }, card('Applications', apps.el), card('Peers', peers.el), card('Server ports', ports.el)),
@@ -106,6 +130,7 @@ export const host: View = (root, route, ctx) => {
           : el('section', { class: 'card wide' }, counters(h, ctx.localNetworks.length > 0)),
       ),
     );
+    replace(tcpBox, d.tcp && d.tcp.flows > 0 ? tcpHealth(d.tcp) : null);
     const now = clock ?? Date.now() / 1000;
     const sent = d.host.reduce((a, h) => a + h.sent_bytes, 0);
     const rcvd = d.host.reduce((a, h) => a + h.rcvd_bytes, 0);

@@ -1134,6 +1134,26 @@ impl Engine {
             .collect()
     }
 
+    /// The TCP health of each live flow of `keys` (None: not live here, or not TCP).
+    pub fn flow_tcp(&self, keys: &[FlowKey]) -> Vec<Option<crate::flow::TcpHealth>> {
+        let flows = &self.flows;
+        keys.iter()
+            .map(|key| {
+                let slot = self
+                    .index
+                    .find(key.hash() as u32, |s| flows[s as usize].key == *key)
+                    .ok()?;
+                let f = &flows[slot as usize];
+                (f.key.proto == 6).then_some(crate::flow::TcpHealth {
+                    retransmits: f.retransmits,
+                    out_of_order: f.out_of_order,
+                    rtt_client_us: f.rtt_client_us,
+                    rtt_server_us: f.rtt_server_us,
+                })
+            })
+            .collect()
+    }
+
     pub fn live_hosts(&self) -> usize {
         self.hosts.len()
     }

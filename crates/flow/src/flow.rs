@@ -94,6 +94,18 @@ impl EndReason {
     }
 }
 
+/// What a live TCP flow's packets say about the path, by direction of the key (index 0: a → b),
+/// for the API's flow pages (the rows of a snapshot do not carry it).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct TcpHealth {
+    pub retransmits: [u32; 2],
+    pub out_of_order: [u32; 2],
+    /// The handshake's round trip: client side (ACK after SYN/ACK) and server side (SYN/ACK
+    /// after SYN), microseconds, 0 when not seen.
+    pub rtt_client_us: u32,
+    pub rtt_server_us: u32,
+}
+
 /// Per-direction TCP sequence tracking, for retransmission and out-of-order counts.
 #[derive(Clone, Copy, Debug, Default)]
 pub struct SeqTrack {
@@ -529,6 +541,9 @@ impl Flow {
         } else if seq_after(seq, t.next_seq) {
             t.gap = true;
             t.next_seq = end;
+        } else if seq.wrapping_add(1) == t.next_seq && d.payload_len == 1 && seg_len == 1 {
+            // A keep-alive (RFC 1122 §4.2.3.6): one byte already acknowledged, sent to see
+            // whether the peer is there. Not a loss; tshark does not count it either.
         } else {
             // Older than expected: a late segment filling a gap, or a retransmission.
             if t.gap {
@@ -617,6 +632,23 @@ mod tests {
         let ((cp, cb), (sp, sb)) = f.client_server();
         assert_eq!((cp, cb, sp, sb), (4, 170, 2, 80));
         assert_eq!(f.retransmits, [0, 0]);
+    }
+
+    #[test]
+    fn keep_alives_are_not_retransmissions() {
+        use tcpflags::*;
+        let mut f = None;
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 100, 10), 1);
+        // Keep-alives: the last byte again, twice; then the same 10 bytes again (a loss).
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 109, 1), 2);
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 109, 1), 3);
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 100, 10), 4);
+        // One byte that is not the last one sent: a retransmission.
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 105, 1), 5);
+        let f = f.unwrap();
+        let d = usize::from(f.key.addr_a[3] != 9);
+        assert_eq!(f.retransmits[d], 2);
+        assert_eq!(f.out_of_order, [0, 0]);
     }
 
     #[test]

@@ -23,7 +23,9 @@ pub use engine::{
     copy_payload, decoded_from_record, quotes_a_packet, Engine, EngineConfig, FullPolicy,
     PacketRef, Payloads, Span,
 };
-pub use flow::{locality, Direction, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow};
+pub use flow::{
+    locality, Direction, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow, TcpHealth,
+};
 pub use host::{Host, HostTable};
 pub use key::{Ends, FlowKey};
 pub use series::{AppKey, ExporterKey, Gauges, IntervalCounts, SeriesTick};

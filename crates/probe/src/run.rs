@@ -509,6 +509,24 @@ impl ProbeView {
         out
     }
 
+    /// The TCP health of live flows, as [`ProbeView::flow_meta`] gives their metadata.
+    pub fn flow_tcp(&self, keys: &[FlowKey]) -> Vec<Option<sonde_flow::TcpHealth>> {
+        let mut out = vec![None; keys.len()];
+        for s in &self.shared {
+            let (tx, rx) = bounded(1);
+            if s.requests.send(Request::Tcp(keys.to_vec(), tx)).is_ok() {
+                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
+                    for (o, t) in out.iter_mut().zip(v) {
+                        if o.is_none() {
+                            *o = t;
+                        }
+                    }
+                }
+            }
+        }
+        out
+    }
+
     /// The same, reusing `buf` (an earlier snapshot's) when there is one shard.
     pub fn snapshot_hosts_into(&self, buf: Vec<Host>) -> Vec<Host> {
         let mut parts = Vec::new();

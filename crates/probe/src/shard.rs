@@ -23,6 +23,7 @@ pub(crate) enum Request {
     Flows(Vec<FlowRow>, Vec<FlowRow>, Sender<Vec<FlowRow>>),
     Hosts(Vec<Host>, Sender<Vec<Host>>),
     Meta(Vec<FlowKey>, Sender<Vec<Option<Box<Meta>>>>),
+    Tcp(Vec<FlowKey>, Sender<Vec<Option<sonde_flow::TcpHealth>>>),
 }
 
 /// What a shard publishes for readers on other threads.
@@ -160,6 +161,9 @@ impl ShardCtx {
             }
             Request::Meta(keys, reply) => {
                 let _ = reply.send(self.engine.flow_meta(&keys));
+            }
+            Request::Tcp(keys, reply) => {
+                let _ = reply.send(self.engine.flow_tcp(&keys));
             }
             Request::Hosts(mut buf, reply) => {
                 buf.clear();

@@ -657,15 +657,75 @@ async fn hosts(
 async fn flows_json(view: &ProbeView, page: Vec<FlowRow>) -> Result<Vec<Value>, ApiError> {
     let v = view.clone();
     let keys: Vec<FlowKey> = page.iter().map(|f| f.key).collect();
-    let metas = tokio::task::spawn_blocking(move || v.flow_meta(&keys))
+    let (metas, tcp) = tokio::task::spawn_blocking(move || (v.flow_meta(&keys), v.flow_tcp(&keys)))
         .await
         .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?;
     Ok(page
         .iter()
         .zip(metas)
-        .map(|(f, m)| flow_json(f, m.as_deref(), view.geo().map(|g| &**g)))
+        .zip(tcp)
+        .map(|((f, m), t)| {
+            let mut v = flow_json(f, m.as_deref(), view.geo().map(|g| &**g));
+            put_tcp(&mut v, f, t.as_ref());
+            v
+        })
         .collect())
 }
+
+/// A TCP flow's retransmitted and out-of-order packets per side and its handshake's round
+/// trip halves (milliseconds; null until seen); nothing for other flows.
+fn put_tcp(v: &mut Value, f: &FlowRow, t: Option<&sonde_flow::TcpHealth>) {
+    let Some(t) = t else { return };
+    let (c, s) = (f.client_dir(), 1 - f.client_dir());
+    let ms = |us: u32| (us > 0).then(|| f64::from(us) / 1000.0);
+    v["client_retransmits"] = json!(t.retransmits[c]);
+    v["server_retransmits"] = json!(t.retransmits[s]);
+    v["client_out_of_order"] = json!(t.out_of_order[c]);
+    v["server_out_of_order"] = json!(t.out_of_order[s]);
+    v["rtt_client_ms"] = json!(ms(t.rtt_client_us));
+    v["rtt_server_ms"] = json!(ms(t.rtt_server_us));
+}
+
+/// A host's TCP health over its live flows (at most [`TCP_FLOWS_MAX`], the largest):
+/// retransmitted and out-of-order packets it sent and received, and the median round trip of
+/// the handshakes (both halves) it took part in.
+fn host_tcp(view: &ProbeView, me: &Network, flows: &[&FlowRow]) -> Value {
+    let tcp_flows: Vec<&FlowRow> = flows
+        .iter()
+        .copied()
+        .filter(|f| f.key.proto == 6)
+        .take(TCP_FLOWS_MAX)
+        .collect();
+    let keys: Vec<FlowKey> = tcp_flows.iter().map(|f| f.key).collect();
+    let health = view.flow_tcp(&keys);
+    let (mut sent, mut rcvd, mut ooo_sent, mut ooo_rcvd) = (0u64, 0u64, 0u64, 0u64);
+    let mut rtts: Vec<u32> = Vec::new();
+    for (f, t) in tcp_flows.iter().zip(&health) {
+        let Some(t) = t else { continue };
+        // The direction index whose packets this host sent.
+        let mine = usize::from(!me.contains_addr(&f.key.addr_a, f.key.ip_version));
+        sent += u64::from(t.retransmits[mine]);
+        rcvd += u64::from(t.retransmits[1 - mine]);
+        ooo_sent += u64::from(t.out_of_order[mine]);
+        ooo_rcvd += u64::from(t.out_of_order[1 - mine]);
+        if t.rtt_client_us > 0 && t.rtt_server_us > 0 {
+            rtts.push(t.rtt_client_us + t.rtt_server_us);
+        }
+    }
+    rtts.sort_unstable();
+    json!({
+        "flows": health.iter().filter(|t| t.is_some()).count(),
+        "retransmits_sent": sent,
+        "retransmits_rcvd": rcvd,
+        "out_of_order_sent": ooo_sent,
+        "out_of_order_rcvd": ooo_rcvd,
+        "handshakes": rtts.len(),
+        "rtt_median_ms": rtts.get(rtts.len() / 2).map(|&us| f64::from(us) / 1000.0),
+    })
+}
+
+/// The most TCP flows of one host whose health the host page adds up.
+const TCP_FLOWS_MAX: usize = 10_000;
 
 fn flow_json(f: &FlowRow, meta: Option<&Meta>, geo: Option<&GeoDb>) -> Value {
     let c = f.client_dir();
@@ -993,8 +1053,18 @@ async fn host(
         tally(&mut ports, format!("{}/{}", sp, f.key.proto), f);
     }
     fl.sort_by(|a, b| (b.bytes[0] + b.bytes[1]).cmp(&(a.bytes[0] + a.bytes[1])));
+    let tcp = {
+        let (v, fl) = (
+            s.view.clone(),
+            fl.iter().map(|f| **f).collect::<Vec<FlowRow>>(),
+        );
+        tokio::task::spawn_blocking(move || host_tcp(&v, &me, &fl.iter().collect::<Vec<_>>()))
+            .await
+            .map_err(|e| ApiError(StatusCode::INTERNAL_SERVER_ERROR, e.to_string()))?
+    };
     Ok(Json(json!({
         "host": mine,
+        "tcp": tcp,
         "flows_total": fl.len(),
         "flows": flows_json(&s.view, fl.iter().take(100).map(|f| **f).collect()).await?,
         "peers": ranked(peers, "ip", 50),

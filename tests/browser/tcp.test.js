@@ -1,0 +1,49 @@
+// TCP health in the console: the flows table's Retr. / OOO and RTT columns show what the API
+// says of each flow, and a host page's TCP health card shows the API's sums for the host.
+
+import assert from 'node:assert/strict';
+import path from 'node:path';
+import { test } from 'node:test';
+import { CORPUS, login, pageFetch, screenshot, useSondeAndBrowser, waitFor } from './lib.js';
+
+const env = useSondeAndBrowser(path.join(CORPUS, 'android.pcap'));
+
+test('flows show their retransmissions and round trip; a host page its TCP health', { timeout: 120_000 }, async () => {
+  const { page, problems } = env.b;
+  await page.goto(`${env.sonde.url}/#/flows`);
+  await login(page, env.sonde.url, 'admin', env.sonde.adminPassword);
+  // Once a flow with retransmissions is live, its row shows them as the API counts them.
+  const flow = await waitFor(
+    async () => {
+      const flows = (await pageFetch(page, '/api/v1/flows?limit=1000')).body?.flows ?? [];
+      return flows.find((f) => f.client_retransmits + f.server_retransmits > 0) ?? null;
+    },
+    { timeout: 60_000, what: 'a live flow with retransmissions' },
+  );
+  await page.goto(`${env.sonde.url}/#/flows?host=${flow.client}`);
+  const cells = await waitFor(
+    async () => {
+      const v = await page.locator('tbody span[data-retransmits]').evaluateAll((s) => s.map((e) => Number(e.dataset.retransmits)));
+      return v.length > 0 ? v : null;
+    },
+    { what: 'Retr. / OOO cells' },
+  );
+  assert.ok(cells.includes(flow.client_retransmits + flow.server_retransmits), `${cells} holds the flow's count`);
+  assert.ok((await page.locator('tbody span.tcp-bad').count()) > 0, 'a flow with retransmissions is marked');
+  await screenshot(page, 'tcp-flows');
+
+  await page.goto(`${env.sonde.url}/#/host/${flow.client}`);
+  const card = page.locator('section[data-card="tcp"]');
+  await card.waitFor();
+  // The replay goes on: the card and the API agree at some refresh (the card every 2 s).
+  await waitFor(
+    async () => {
+      const api = (await pageFetch(page, `/api/v1/hosts/${flow.client}`)).body.tcp;
+      const shown = await card.locator('dd[data-tcp]').evaluateAll((d) => Object.fromEntries(d.map((e) => [e.dataset.tcp, e.textContent])));
+      return shown.retransmits_sent === String(api.retransmits_sent) && shown.retransmits_rcvd === String(api.retransmits_rcvd) && api.retransmits_sent + api.retransmits_rcvd > 0;
+    },
+    { timeout: 60_000, what: "the card showing the API's retransmissions of the host" },
+  );
+  await screenshot(page, 'tcp-host');
+  assert.deepEqual(problems, []);
+});

@@ -1,0 +1,91 @@
+"""TCP health on the API: each live TCP flow's retransmitted and out-of-order packets per side
+and its handshake's round trip halves, and a host page's sums over its flows.
+
+The API's live values must be the flow records' (`--flows-out`, written from the same flows
+when the run ends): RETRANSMITTED_IN/OUT_PKTS, OOORDER_IN/OUT_PKTS, CLIENT/SERVER_NW_LATENCY_MS.
+The host page's sums must be those of its flows as the flows API gives them.
+"""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import time
+import urllib.error
+
+import pytest
+
+import oracle
+from apiclient import get_json
+from conftest import free_port
+
+
+def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir):
+    pcap = corpus / "android.pcap"
+    if not pcap.exists():
+        pytest.skip("android.pcap not in the corpus")
+    port = free_port()
+    flows_out = workdir / "flows.json"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", "60", "--flows-out", str(flows_out), "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        want = oracle.capinfos_packets(str(pcap))
+        deadline = time.time() + 30
+        while True:
+            try:
+                if get_json(base, "/api/v1/interface")["packets"] == want:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.time() < deadline and proc.poll() is None
+            time.sleep(0.1)
+        flows = get_json(base, "/api/v1/flows?limit=10000")["flows"]
+        hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
+        pages = {h["ip"]: get_json(base, f"/api/v1/hosts/{h['ip']}") for h in hosts}
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)
+    assert proc.returncode == 0
+    records = {}
+    for line in flows_out.read_text().splitlines():
+        r = json.loads(line)
+        if r["PROTOCOL"] != 6:
+            continue
+        c = (r.get("IPV4_SRC_ADDR") or r["IPV6_SRC_ADDR"], r["L4_SRC_PORT"])
+        s = (r.get("IPV4_DST_ADDR") or r["IPV6_DST_ADDR"], r["L4_DST_PORT"])
+        records[c + s] = r
+    tcp = [f for f in flows if f["protocol"] == 6]
+    assert tcp and all("client_retransmits" in f for f in tcp)
+    assert not any("client_retransmits" in f for f in flows if f["protocol"] != 6)
+    retransmitted = 0
+    for f in tcp:
+        r = records[(oracle.norm_addr(f["client"]), f["client_port"], oracle.norm_addr(f["server"]),
+                     f["server_port"])]
+        assert (f["client_retransmits"], f["server_retransmits"]) == (
+            r["RETRANSMITTED_IN_PKTS"], r["RETRANSMITTED_OUT_PKTS"]), (f, r)
+        assert (f["client_out_of_order"], f["server_out_of_order"]) == (
+            r["OOORDER_IN_PKTS"], r["OOORDER_OUT_PKTS"]), (f, r)
+        for side, key in (("client", "CLIENT_NW_LATENCY_MS"), ("server", "SERVER_NW_LATENCY_MS")):
+            got = f[f"rtt_{side}_ms"]
+            assert (got or 0.0) == pytest.approx(float(r[key]), abs=0.001), (f, r)
+        retransmitted += f["client_retransmits"] + f["server_retransmits"]
+    assert retransmitted > 0, "android.pcap has retransmissions"
+    print(f"{len(tcp)} TCP flows, {retransmitted} retransmitted packets, {len(pages)} host pages")
+    # A host page adds up its TCP flows: what it sent again, and what it received again.
+    for ip, page in pages.items():
+        mine = [f for f in tcp if ip in (f["client"], f["server"])]
+        sent = sum(f["client_retransmits"] if f["client"] == ip else f["server_retransmits"]
+                   for f in mine)
+        rcvd = sum(f["server_retransmits"] if f["client"] == ip else f["client_retransmits"]
+                   for f in mine)
+        t = page["tcp"]
+        assert (t["flows"], t["retransmits_sent"], t["retransmits_rcvd"]) == (len(mine), sent, rcvd), ip
+        rtts = sorted(f["rtt_client_ms"] + f["rtt_server_ms"] for f in mine
+                      if f["rtt_client_ms"] and f["rtt_server_ms"])
+        assert t["handshakes"] == len(rtts)
+        if rtts:
+            assert t["rtt_median_ms"] == pytest.approx(rtts[len(rtts) // 2], abs=0.002)
