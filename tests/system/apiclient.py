@@ -3,7 +3,11 @@ status and JSON error of a request that must fail."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import signal
+import subprocess
+import time
 import urllib.error
 import urllib.request
 
@@ -28,3 +32,36 @@ def error(base, path):
     except urllib.error.HTTPError as e:
         return e.code, json.loads(e.read().decode())
     raise AssertionError(f"{path} did not fail")
+
+
+@contextlib.contextmanager
+def serving(sonde_bin, pcap, *args, duration=60):
+    """sonde reading `pcap` with the API on a free port (no logins) and `args`, yielded as
+    (base URL, process) once the API shows every packet of the file; stopped with Ctrl-C
+    (SIGINT) after, so that its outputs are complete."""
+    import oracle
+    from conftest import free_port
+
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", str(duration), "-q", *(str(a) for a in args)],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        want = oracle.capinfos_packets(str(pcap))
+        deadline = time.time() + 30
+        while True:
+            try:
+                if get_json(base, "/api/v1/interface")["packets"] == want:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.time() < deadline, "the API never showed the whole file"
+            assert proc.poll() is None, proc.stderr.read()
+            time.sleep(0.1)
+        yield base, proc
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=60)

@@ -28,15 +28,13 @@ import json
 import re
 import shutil
 import subprocess
-import time
-import urllib.error
 from pathlib import Path
 from typing import Dict, List, Optional, Tuple
 
 import pytest
 
-from apiclient import error as api_error, get_json
-from conftest import REPO, corpus_files, free_port
+from apiclient import error as api_error, get_json, serving
+from conftest import REPO, corpus_files
 
 GEO_DIR = REPO / "geoip" / "node_modules" / "@ip-location-db"
 COUNTRY_MMDB = GEO_DIR / "geo-whois-asn-country-mmdb" / "geo-whois-asn-country.mmdb"
@@ -254,28 +252,10 @@ def test_flow_records_carry_both_ends_country_and_as(sonde, corpus, geo_dir, as_
 
 
 def test_api_hosts_flows_filters_and_top_places(sonde_bin, corpus, geo_dir, as_ranges, workdir):
-    import oracle
-
     pcap = corpus / "android.pcap"
     if not pcap.exists():
         pytest.skip("android.pcap not in the corpus")
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
-         "--duration", "60", "--geoip-dir", str(geo_dir), "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        want = oracle.capinfos_packets(str(pcap))
-        deadline = time.time() + 30
-        while True:
-            try:
-                if get_json(base, "/api/v1/interface")["packets"] == want:
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.time() < deadline and proc.poll() is None, "the API never showed the file"
-            time.sleep(0.1)
+    with serving(sonde_bin, pcap, "--geoip-dir", geo_dir) as (base, _):
         assert get_json(base, "/api/v1/interface")["geoip"] == {"countries": True, "asns": True}
         hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
         assert len(hosts) > 10
@@ -328,31 +308,14 @@ def test_api_hosts_flows_filters_and_top_places(sonde_bin, corpus, geo_dir, as_r
         h = max(hosts, key=lambda h: h["asn"] is not None)
         page = get_json(base, f"/api/v1/hosts/{h['ip']}")
         assert page["host"][0]["country"] == h["country"] and page["host"][0]["asn"] == h["asn"]
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.communicate(timeout=30)
 
 
 def test_without_databases_the_api_says_how_to_get_them(sonde_bin, corpus, workdir):
     pcap = corpus / "android.pcap"
     if not pcap.exists():
         pytest.skip("android.pcap not in the corpus")
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
-         "--duration", "30", "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                iface = get_json(base, "/api/v1/interface")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.time() < deadline and proc.poll() is None
-                time.sleep(0.1)
+    with serving(sonde_bin, pcap) as (base, _):
+        iface = get_json(base, "/api/v1/interface")
         assert iface["geoip"] is None
         status, text = api_error(base, "/api/v1/top/countries")
         assert status == 404 and "--geoip-dir" in str(text)
@@ -360,10 +323,6 @@ def test_without_databases_the_api_says_how_to_get_them(sonde_bin, corpus, workd
         assert status == 400 and "--geoip-dir" in str(text)
         host = get_json(base, "/api/v1/hosts?limit=1")["hosts"][0]
         assert "country" not in host and "asn" not in host
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.communicate(timeout=30)
 
 
 @pytest.mark.parametrize("fmt", ["netflow5", "netflow9", "ipfix"])
@@ -448,27 +407,9 @@ def test_history_queries_filter_by_country_and_as(sonde, corpus, geo_dir, as_ran
     p = sonde("query", "--data-dir", data, "--geoip-dir", geo_dir, "hosts", "--asn", "x1")
     assert p.returncode != 0 and "AS number" in p.stderr, p.stderr
     # The API's history filters give the same flows (another sonde serving that directory).
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sonde.binary), "-r", str(pcap), "--data-dir", str(data), "--http",
-         f"127.0.0.1:{port}", "--no-auth", "--duration", "30", "--geoip-dir", str(geo_dir), "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        deadline = time.time() + 20
-        while True:
-            try:
-                get_json(base, "/api/v1/health")
-                break
-            except (urllib.error.URLError, ConnectionError):
-                assert time.time() < deadline and proc.poll() is None
-                time.sleep(0.1)
+    with serving(sonde.binary, pcap, "--data-dir", data, "--geoip-dir", geo_dir) as (base, _):
         country = countries.most_common(1)[0][0]
         got = get_json(base, f"/api/v1/history/flows?country={country}&limit=1000")["flows"]
         assert sorted(key(r) for r in got) == sorted(key(r) for r in query("--country", country))
         status, text = api_error(base, "/api/v1/history/flows?asn=zz")
         assert status == 400 and "AS number" in str(text)
-    finally:
-        if proc.poll() is None:
-            proc.terminate()
-        proc.communicate(timeout=30)

@@ -9,46 +9,22 @@ The host page's sums must be those of its flows as the flows API gives them.
 from __future__ import annotations
 
 import json
-import signal
-import subprocess
-import time
-import urllib.error
 
 import pytest
 
 import oracle
-from apiclient import get_json
-from conftest import free_port
+from apiclient import get_json, serving
 
 
 def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir):
     pcap = corpus / "android.pcap"
     if not pcap.exists():
         pytest.skip("android.pcap not in the corpus")
-    port = free_port()
     flows_out = workdir / "flows.json"
-    proc = subprocess.Popen(
-        [str(sonde_bin), "-r", str(pcap), "--http", f"127.0.0.1:{port}", "--no-auth",
-         "--duration", "60", "--flows-out", str(flows_out), "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        want = oracle.capinfos_packets(str(pcap))
-        deadline = time.time() + 30
-        while True:
-            try:
-                if get_json(base, "/api/v1/interface")["packets"] == want:
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.time() < deadline and proc.poll() is None
-            time.sleep(0.1)
+    with serving(sonde_bin, pcap, "--flows-out", flows_out) as (base, proc):
         flows = get_json(base, "/api/v1/flows?limit=10000")["flows"]
         hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
         pages = {h["ip"]: get_json(base, f"/api/v1/hosts/{h['ip']}") for h in hosts}
-    finally:
-        proc.send_signal(signal.SIGINT)
-        proc.communicate(timeout=60)
     assert proc.returncode == 0
     records = {}
     for line in flows_out.read_text().splitlines():

@@ -1122,28 +1122,25 @@ impl Engine {
     /// What DPI learned about each of the live flows `keys` (None for a flow that is gone or
     /// has nothing), looked up by key: readers ask for one page of flows, not for all of them.
     pub fn flow_meta(&self, keys: &[FlowKey]) -> Vec<Option<Box<Meta>>> {
-        let flows = &self.flows;
         keys.iter()
-            .map(|key| {
-                let slot = self
-                    .index
-                    .find(key.hash() as u32, |s| flows[s as usize].key == *key)
-                    .ok()?;
-                self.dpi_meta.get(slot as usize).cloned().flatten()
-            })
+            .map(|key| self.dpi_meta.get(self.live_slot(key)?).cloned().flatten())
             .collect()
+    }
+
+    /// The slot of the live flow `key` here, if it is one.
+    fn live_slot(&self, key: &FlowKey) -> Option<usize> {
+        let flows = &self.flows;
+        self.index
+            .find(key.hash() as u32, |s| flows[s as usize].key == *key)
+            .ok()
+            .map(|s| s as usize)
     }
 
     /// The TCP health of each live flow of `keys` (None: not live here, or not TCP).
     pub fn flow_tcp(&self, keys: &[FlowKey]) -> Vec<Option<crate::flow::TcpHealth>> {
-        let flows = &self.flows;
         keys.iter()
             .map(|key| {
-                let slot = self
-                    .index
-                    .find(key.hash() as u32, |s| flows[s as usize].key == *key)
-                    .ok()?;
-                let f = &flows[slot as usize];
+                let f = &self.flows[self.live_slot(key)?];
                 (f.key.proto == 6).then_some(crate::flow::TcpHealth {
                     retransmits: f.retransmits,
                     out_of_order: f.out_of_order,

@@ -493,10 +493,20 @@ impl ProbeView {
     /// What DPI learned about each of the flows `keys` (a page of a snapshot), from whichever
     /// shard holds it; None where no shard has anything.
     pub fn flow_meta(&self, keys: &[FlowKey]) -> Vec<Option<Box<Meta>>> {
-        let mut out: Vec<Option<Box<Meta>>> = vec![None; keys.len()];
+        self.ask_shards(keys, Request::Meta)
+    }
+
+    /// Asks every shard about `keys` (`request` makes the question) and keeps, per key, the
+    /// answer of the shard that holds the flow (the others say None).
+    fn ask_shards<T: Clone>(
+        &self,
+        keys: &[FlowKey],
+        request: impl Fn(Vec<FlowKey>, crossbeam_channel::Sender<Vec<Option<T>>>) -> Request,
+    ) -> Vec<Option<T>> {
+        let mut out: Vec<Option<T>> = vec![None; keys.len()];
         for s in &self.shared {
             let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Meta(keys.to_vec(), tx)).is_ok() {
+            if s.requests.send(request(keys.to_vec(), tx)).is_ok() {
                 if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
                     for (o, m) in out.iter_mut().zip(v) {
                         if o.is_none() {
@@ -511,20 +521,7 @@ impl ProbeView {
 
     /// The TCP health of live flows, as [`ProbeView::flow_meta`] gives their metadata.
     pub fn flow_tcp(&self, keys: &[FlowKey]) -> Vec<Option<sonde_flow::TcpHealth>> {
-        let mut out = vec![None; keys.len()];
-        for s in &self.shared {
-            let (tx, rx) = bounded(1);
-            if s.requests.send(Request::Tcp(keys.to_vec(), tx)).is_ok() {
-                if let Ok(v) = rx.recv_timeout(Duration::from_secs(5)) {
-                    for (o, t) in out.iter_mut().zip(v) {
-                        if o.is_none() {
-                            *o = t;
-                        }
-                    }
-                }
-            }
-        }
-        out
+        self.ask_shards(keys, Request::Tcp)
     }
 
     /// The same, reusing `buf` (an earlier snapshot's) when there is one shard.
