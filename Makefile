@@ -6,7 +6,7 @@ FEATURES ?= --features sonde/ndpi
 SONDE := target/release/sonde
 SAMPLE := samples/demo.pcap
 
-.PHONY: setup console geoip build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
+.PHONY: setup console geoip screenshots build run test test-unit test-system bench bench-quick lint fmt fuzz-smoke fuzz-long
 
 setup:
 	scripts/setup.sh
@@ -39,6 +39,11 @@ test: setup console geoip
 	$(CARGO) test --workspace $(FEATURES)
 	python3 -m pytest tests/system -q
 	cd tests/browser && npm ci --no-audit --no-fund && node --test --test-concurrency=1
+
+# The README's screenshots (docs/screenshots/), retaken by the browser tests that show those
+# pages (needs what `make test` installs, and a built sonde).
+screenshots: geoip
+	cd tests/browser && npm ci --no-audit --no-fund && SONDE_DOC_SCREENSHOTS=1 node --test --test-concurrency=1 firstrun.test.js geo.test.js tcp.test.js localnet.test.js analytics.test.js
 
 bench: setup
 	scripts/setup-bench-deps.sh

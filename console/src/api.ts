@@ -83,6 +83,8 @@ export interface Host {
   flows_as_client: number;
   flows_as_server: number;
   active_flows: number;
+  /** TCP segments it sent again, over all its flows so far. */
+  retransmits_sent?: number;
   /** In --local-networks (false when none are set). */
   local?: boolean;
   first_seen: number;

@@ -162,8 +162,27 @@ export function pageFetch(page, p) {
   }, p);
 }
 
+/** The screenshots the README shows (docs/screenshots/), rewritten by the tests that take them
+ * when SONDE_DOC_SCREENSHOTS=1 (`make screenshots`), so they show the console as it is. */
+export const DOC_SCREENSHOTS = new Set([
+  'firstrun-dashboard',
+  'firstrun-history',
+  'geo-dashboard',
+  'geo-hosts',
+  'tcp-host',
+  'localnet-dashboard',
+  'localnet-flows',
+  'anomalies',
+  'top',
+]);
+export const DOCS = path.join(ROOT, 'docs', 'screenshots');
+
 export async function screenshot(page, name) {
   await page.screenshot({ path: path.join(ARTIFACTS, `${name}.png`), fullPage: true });
+  if (process.env.SONDE_DOC_SCREENSHOTS === '1' && DOC_SCREENSHOTS.has(name)) {
+    mkdirSync(DOCS, { recursive: true });
+    await page.screenshot({ path: path.join(DOCS, `${name}.png`), fullPage: true });
+  }
 }
 
 /** Packets in a capture, from capinfos. */

@@ -45,5 +45,16 @@ test('flows show their retransmissions and round trip; a host page its TCP healt
     { timeout: 60_000, what: "the card showing the API's retransmissions of the host" },
   );
   await screenshot(page, 'tcp-host');
+
+  // The hosts table ranks hosts by what they sent again.
+  await page.goto(`${env.sonde.url}/#/hosts?sort=retransmits`);
+  await waitFor(
+    async () => {
+      const api = (await pageFetch(page, '/api/v1/hosts?sort=retransmits&limit=1')).body.hosts[0];
+      const first = await page.locator('tbody tr').first().locator('span[data-retransmits]').getAttribute('data-retransmits').catch(() => null);
+      return api.retransmits_sent > 0 && first === String(api.retransmits_sent);
+    },
+    { timeout: 60_000, what: "the hosts table's first row: the API's most retransmitting host" },
+  );
   assert.deepEqual(problems, []);
 });

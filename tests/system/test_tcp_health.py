@@ -3,7 +3,8 @@ and its handshake's round trip halves, and a host page's sums over its flows.
 
 The API's live values must be the flow records' (`--flows-out`, written from the same flows
 when the run ends): RETRANSMITTED_IN/OUT_PKTS, OOORDER_IN/OUT_PKTS, CLIENT/SERVER_NW_LATENCY_MS.
-The host page's sums must be those of its flows as the flows API gives them.
+The host page's sums must be those of its flows as the flows API gives them, and a host's
+retransmits_sent (all its flows so far) the sum of the records' for its side.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir)
         flows = get_json(base, "/api/v1/flows?limit=10000")["flows"]
         hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
         pages = {h["ip"]: get_json(base, f"/api/v1/hosts/{h['ip']}") for h in hosts}
+        by_retransmits = get_json(base, "/api/v1/hosts?sort=retransmits&limit=5")["hosts"]
     assert proc.returncode == 0
     records = {}
     for line in flows_out.read_text().splitlines():
@@ -65,3 +67,15 @@ def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir)
         assert t["handshakes"] == len(rtts)
         if rtts:
             assert t["rtt_median_ms"] == pytest.approx(rtts[len(rtts) // 2], abs=0.002)
+    # Each host's retransmits_sent counts what it sent again over all its flows: the flow
+    # records' client (IN) and server (OUT) retransmissions of the flows it is an end of.
+    for h in hosts:
+        want = sum(r["RETRANSMITTED_IN_PKTS"] if r.get("IPV4_SRC_ADDR", r.get("IPV6_SRC_ADDR"))
+                   == h["ip"] else r["RETRANSMITTED_OUT_PKTS"]
+                   for r in records.values()
+                   if h["ip"] in (r.get("IPV4_SRC_ADDR") or r.get("IPV6_SRC_ADDR"),
+                                  r.get("IPV4_DST_ADDR") or r.get("IPV6_DST_ADDR")))
+        assert h["retransmits_sent"] == want, h
+    assert any(h["retransmits_sent"] > 0 for h in hosts)
+    # ?sort=retransmits puts them first.
+    assert by_retransmits[0]["retransmits_sent"] == max(h["retransmits_sent"] for h in hosts)

@@ -57,6 +57,12 @@ export const hosts: View = (root, route, ctx) => {
       { label: 'Received', sort: 'rcvd_bytes', numeric: true, cell: (h) => num(h.rcvd_bytes, fmt.bytes(h.rcvd_bytes)) },
       { label: 'Flows', sort: 'flows', numeric: true, cell: (h) => num(h.flows_as_client + h.flows_as_server, fmt.count(h.flows_as_client + h.flows_as_server)) },
       { label: 'Active flows', sort: 'active_flows', numeric: true, cell: (h) => h.active_flows },
+      {
+        label: 'Retr. sent',
+        sort: 'retransmits',
+        numeric: true,
+        cell: (h) => el('span', { class: (h.retransmits_sent ?? 0) > 0 ? 'tcp-bad' : undefined, 'data-retransmits': h.retransmits_sent ?? 0 }, fmt.count(h.retransmits_sent ?? 0)),
+      },
       { label: 'First seen', sort: 'first_seen', cell: (h) => fmt.time(h.first_seen) },
       { label: 'Last seen', sort: 'last_seen', cell: (h) => fmt.time(h.last_seen) },
     ],

@@ -604,7 +604,16 @@ impl Engine {
             self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
             return;
         }
-        self.flows[slot as usize].update(dir, p, ts_ns);
+        let f = &mut self.flows[slot as usize];
+        f.update(dir, p, ts_ns);
+        if f.last_was_retransmit {
+            // Rare: the sender's host is touched only then.
+            let h = f.hosts[dir];
+            if h != NO_HOST {
+                let h = self.hosts.get_mut(h);
+                h.retransmits_sent = h.retransmits_sent.saturating_add(1);
+            }
+        }
         self.stats.ip_packets += 1;
         self.stats.ip_bytes += p.ip_len as u64;
     }

@@ -545,6 +545,8 @@ fn host_json(h: &Host, geo: Option<&GeoDb>) -> Value {
         "flows_as_client": h.flows_as_client,
         "flows_as_server": h.flows_as_server,
         "active_flows": h.active_flows,
+        // TCP segments it sent again, over all its flows so far.
+        "retransmits_sent": h.retransmits_sent,
         // In --local-networks (false when none are set).
         "local": h.local == Some(true),
         "first_seen": h.first_ns / 1_000_000_000,
@@ -569,12 +571,13 @@ async fn hosts(
         "rcvd_bytes" => |h| h.rcvd_bytes,
         "flows" => |h| (h.flows_as_client + h.flows_as_server) as u64,
         "active_flows" => |h| h.active_flows as u64,
+        "retransmits" => |h| h.retransmits_sent as u64,
         "first_seen" => |h| h.first_ns,
         "last_seen" => |h| h.last_ns,
         other => {
             return Err(bad(format!(
                 "sort={other:?}: use bytes, packets, sent_bytes, rcvd_bytes, flows, \
-                     active_flows, first_seen or last_seen"
+                     active_flows, retransmits, first_seen or last_seen"
             )))
         }
     };
