@@ -81,7 +81,7 @@ export function tcpHealthCell(f: Flow): HTMLElement | string {
 export function rttCell(f: Flow): HTMLElement | string {
   if (f.rtt_client_ms == null || f.rtt_server_ms == null) return '–';
   const total = f.rtt_client_ms + f.rtt_server_ms;
-  return el('span', { title: `client side ${f.rtt_client_ms.toFixed(3)} ms, server side ${f.rtt_server_ms.toFixed(3)} ms`, 'data-rtt': total.toFixed(3) }, `${total.toFixed(1)} ms`);
+  return el('span', { title: `client side ${f.rtt_client_ms.toFixed(3)} ms, server side ${f.rtt_server_ms.toFixed(3)} ms`, 'data-rtt': total.toFixed(3) }, `${total < 1 ? total.toFixed(3) : total.toFixed(1)} ms`);
 }
 
 /** `direction`: a Direction column (only when --local-networks are set). */

@@ -210,13 +210,14 @@ export function tsharkEndpoints(file) {
 /**
  * The usual setup of a test file: a temporary directory, a sonde replaying `capture` with a
  * users file in it, and a browser; all started before the file's tests and stopped after them.
- * Returns an object whose `sonde`, `b` and `tmp` are filled in by then.
+ * Returns an object whose `sonde`, `b` and `tmp` are filled in by then. `realtime: false` reads
+ * the capture at once (its flows and hosts then stay as they ended, for checks of settled values).
  */
-export function useSondeAndBrowser(capture, args = []) {
+export function useSondeAndBrowser(capture, args = [], { realtime = true } = {}) {
   const env = {};
   before(async () => {
     env.tmp = tmpdir();
-    env.sonde = await startSonde({ capture, usersFile: path.join(env.tmp.dir, 'users'), args });
+    env.sonde = await startSonde({ capture, usersFile: path.join(env.tmp.dir, 'users'), args, realtime });
     env.b = await startBrowser();
   });
   after(async () => {

@@ -63,7 +63,7 @@ function tcpHealth(t: HostTcp): HTMLElement {
       stat('retransmits_rcvd', 'Retransmitted (received)', fmt.count(t.retransmits_rcvd), t.retransmits_rcvd > 0),
       stat('out_of_order_sent', 'Out of order (sent)', fmt.count(t.out_of_order_sent), t.out_of_order_sent > 0),
       stat('out_of_order_rcvd', 'Out of order (received)', fmt.count(t.out_of_order_rcvd), t.out_of_order_rcvd > 0),
-      stat('rtt_median_ms', `Handshake RTT, median of ${fmt.count(t.handshakes)}`, t.rtt_median_ms == null ? '–' : `${t.rtt_median_ms.toFixed(1)} ms`),
+      stat('rtt_median_ms', `Handshake RTT, median of ${fmt.count(t.handshakes)}`, t.rtt_median_ms == null ? '–' : `${t.rtt_median_ms < 1 ? t.rtt_median_ms.toFixed(3) : t.rtt_median_ms.toFixed(1)} ms`),
     ),
   );
 }
