@@ -58,7 +58,7 @@ export const hosts: View = (root, route, ctx) => {
       { label: 'Flows', sort: 'flows', numeric: true, cell: (h) => num(h.flows_as_client + h.flows_as_server, fmt.count(h.flows_as_client + h.flows_as_server)) },
       { label: 'Active flows', sort: 'active_flows', numeric: true, cell: (h) => h.active_flows },
       {
-        label: 'Retr. sent',
+        label: 'Retransmits',
         sort: 'retransmits',
         numeric: true,
         cell: (h) => el('span', { class: (h.retransmits_sent ?? 0) > 0 ? 'tcp-bad' : undefined, 'data-retransmits': h.retransmits_sent ?? 0 }, fmt.count(h.retransmits_sent ?? 0)),
