@@ -248,12 +248,15 @@ impl RangeTable {
     }
 }
 
-fn pack_country(c: Country) -> u32 {
+/// A country as a number (never 0), for tables keyed by numbers.
+pub fn pack_country(c: Country) -> u32 {
     u32::from(c.0[0]) << 8 | u32::from(c.0[1])
 }
 
-fn unpack_country(v: u32) -> Option<Country> {
-    (v != 0).then_some(Country([(v >> 8) as u8, v as u8]))
+/// The inverse of [`pack_country`]; 0 (or anything not two letters) is no country.
+pub fn unpack_country(v: u32) -> Option<Country> {
+    let c = Country([(v >> 8) as u8, v as u8]);
+    (v >> 16 == 0 && c.0.iter().all(u8::is_ascii_alphabetic)).then_some(c)
 }
 
 /// The loaded databases. Cheap to share (`Arc`), safe to use from any thread.

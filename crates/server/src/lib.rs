@@ -1195,10 +1195,7 @@ async fn top_places(
         let key = if by_as {
             geo.asn(ip)
         } else {
-            geo.country(ip).map_or(0, |c| {
-                let b = c.as_str().as_bytes();
-                u32::from(b[0]) << 8 | u32::from(b[1])
-            })
+            geo.country(ip).map_or(0, sonde_geo::pack_country)
         };
         let bytes = h.sent_bytes + h.rcvd_bytes;
         if key == 0 {
@@ -1219,7 +1216,7 @@ async fn top_places(
             if by_as {
                 json!({ "asn": k, "name": geo.as_name(k, ip), "bytes": bytes, "hosts": hosts })
             } else {
-                let code = String::from_utf8_lossy(&[(k >> 8) as u8, k as u8]).into_owned();
+                let code = sonde_geo::unpack_country(k).map(|c| c.to_string());
                 json!({ "country": code, "bytes": bytes, "hosts": hosts })
             }
         })
