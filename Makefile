@@ -31,7 +31,8 @@ build: setup console
 # printing a stats line per second and every flow as JSON when it ends, and keeping history in
 # ./sonde-data (the console's History page and traffic charts; it grows with each run).
 run: build geoip
-	$(SONDE) -r $(SAMPLE) --replay loop --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data --geoip-dir $(GEOIP_DIR)
+	$(SONDE) -r $(SAMPLE) --replay loop --stats-interval 1 --stats-json - --http 127.0.0.1:3000 --data-dir sonde-data --geoip-dir $(GEOIP_DIR) \
+		--local-networks 10.0.0.0/8,fd00::/8
 
 test: setup console geoip
 	scripts/setup-test-deps.sh

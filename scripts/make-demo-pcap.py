@@ -5,8 +5,10 @@ loopback (tests/dpi_loopback/, scripts/record-dpi-loopback.sh), so every payload
 
 Each recorded session is replayed many times at random moments, between one of 40 office hosts
 (10.0.0.10-49, fd00::10-49) and the server its protocol would have: DNS, NTP, LDAP, Kerberos,
-SMB, syslog and RADIUS inside (10.0.0.2-9), web, mail, chat and VPN outside (documentation
-addresses 192.0.2.0/24, 198.51.100.0/24, 203.0.113.0/24, 2001:db8::/32). Client ports are
+SMB, syslog and RADIUS inside (10.0.0.2-9), web, mail, chat and VPN outside. The outside
+servers stand on public addresses of hosting and cloud networks in nine countries (OUTSIDE below),
+so `--geoip-dir` places them and the console's countries and ASes fill; they are stand-ins: none
+of those networks served this traffic. Client ports are
 drawn afresh each time; addresses and checksums are rewritten. At one minute, 10.0.0.66 scans
 1,024 ports of 10.0.0.5 (the analytics' port scan detection sees it).
 
@@ -31,11 +33,24 @@ SERVERS = {
     "dns": "10.0.0.2", "ntp": "10.0.0.3", "ldap": "10.0.0.4", "kerberos": "10.0.0.4",
     "smb": "10.0.0.5", "syslog": "10.0.0.6", "radius": "10.0.0.7",
     "snmp": "10.0.0.9", "mysql": "10.0.0.20", "postgres": "10.0.0.21", "redis": "10.0.0.22",
-    "http": "198.51.100.80", "http2": "198.51.100.81", "tls12": "203.0.113.43",
-    "tls13": "203.0.113.44", "ftp": "192.0.2.21", "smtp": "192.0.2.25",
-    "irc": "192.0.2.67", "mqtt": "198.51.100.83", "sip": "192.0.2.50", "ssh": "203.0.113.22",
-    "openvpn": "203.0.113.94", "wireguard": "203.0.113.51",
 }
+# Outside servers, IPv4 and IPv6, on addresses the free GeoIP databases (`make geoip`) place in
+# these networks and countries (checked by tests/system/test_geoip.py against mmdblookup).
+OUTSIDE = {
+    "http": ("5.9.10.80", "2a01:4f8::80"),                 # Hetzner, DE
+    "http2": ("151.101.1.81", "2a04:4e42::81"),            # Fastly, US
+    "tls12": ("104.16.123.43", "2606:4700::43"),           # Cloudflare, US
+    "tls13": ("13.210.10.44", "2406:da1c::44"),            # Amazon, AU
+    "ftp": ("51.38.10.21", "2001:41d0::21"),               # OVH, FR
+    "smtp": ("144.217.10.25", "2607:5300::25"),            # OVH, CA
+    "irc": ("65.21.10.67", "2a01:4f9::67"),                # Hetzner, FI
+    "mqtt": ("51.15.20.83", "2001:bc8::83"),               # Scaleway, FR
+    "sip": ("45.77.10.50", "2001:19f0:7000::50"),          # Vultr, JP
+    "ssh": ("41.203.18.22", "2c0f:f720::22"),              # Xneelo, ZA
+    "openvpn": ("128.199.200.94", "2400:6180:0:d0::94"),   # DigitalOcean, SG
+    "wireguard": ("172.105.10.51", "2a01:7e01::51"),       # Akamai (Linode), CA
+}
+SERVERS.update({kind: v4 for kind, (v4, _) in OUTSIDE.items()})
 # How often each kind of session happens, relative to the others (DNS and web the most).
 WEIGHTS = {"dns": 10, "http": 6, "tls13": 8, "tls12": 4, "http2": 3, "ntp": 2, "ldap": 2,
            "kerberos": 2, "smb": 2, "mqtt": 2, "ssh": 1, "redis": 2, "mysql": 1, "postgres": 1}
@@ -176,7 +191,7 @@ def main():
         server4 = bytearray(ipaddress.ip_address(SERVERS[kind]).packed)
         last = SERVERS[kind].rsplit(".", 1)[1]
         server6 = bytearray(ipaddress.ip_address(
-            f"fd00::1:{last}" if SERVERS[kind].startswith("10.") else f"2001:db8::{last}").packed)
+            OUTSIDE[kind][1] if kind in OUTSIDE else f"fd00::1:{last}").packed)
         start = rng.uniform(0, args.seconds - 6)
         t_first = session[0][0]
         ports, fresh = {}, _FreshPorts(rng)

@@ -5,11 +5,14 @@
 // flows, and a host's chart opens with its past too.
 
 import assert from 'node:assert/strict';
+import { existsSync } from 'node:fs';
 import path from 'node:path';
 import { after, before, test } from 'node:test';
 import { login, ROOT, screenshot, startBrowser, startSonde, tmpdir, waitFor } from './lib.js';
 
 const DEMO = path.join(ROOT, 'samples', 'demo.pcap');
+const GEOIP = path.join(ROOT, 'geoip', 'node_modules', '@ip-location-db');
+if (!existsSync(path.join(GEOIP, 'asn'))) throw new Error(`${GEOIP} is missing: run make geoip`);
 let sonde, b, tmp, started;
 
 before(async () => {
@@ -19,7 +22,8 @@ before(async () => {
     capture: DEMO,
     usersFile: path.join(tmp.dir, 'users'),
     realtime: false,
-    args: ['--replay', 'loop', '--data-dir', path.join(tmp.dir, 'data')],
+    args: ['--replay', 'loop', '--data-dir', path.join(tmp.dir, 'data'), '--geoip-dir', GEOIP,
+      '--local-networks', '10.0.0.0/8,fd00::/8'],
   });
   b = await startBrowser();
 });
@@ -65,6 +69,17 @@ test('the first run is alive within a minute', { timeout: 150_000 }, async () =>
   assert.ok(later.newest >= opened.newest + 2, `the chart moves: newest point at ${opened.newest} then ${later.newest}`);
   const apps = await page.locator('.card:has(h2:text("Top applications")) tbody th').allTextContents();
   assert.ok(apps.length >= 5, `applications on the dashboard: ${apps}`);
+  // The outside servers are placed (make run fetches the free databases): countries and ASes.
+  const places = page.locator('div[data-card="places"]');
+  const countries = await waitFor(
+    async () => {
+      const c = await places.locator('a[data-country]').evaluateAll((a) => a.map((e) => e.dataset.country));
+      return c.length >= 5 ? c : null;
+    },
+    { timeout: 20_000, what: 'five countries or more on the dashboard' },
+  );
+  assert.ok(countries.every((c) => /^[A-Z]{2}$/.test(c)), countries.join());
+  assert.ok((await places.locator('a[data-asn]').count()) >= 5, 'five ASes or more on the dashboard');
   await screenshot(page, 'firstrun-dashboard');
 
   // History: flows of this run, in the last hour, without choosing anything.

@@ -187,6 +187,26 @@ def test_every_corpus_address_has_the_oracles_country_and_as(sonde, geo_dir, ora
         (placed, with_as, len(oracle_answers))
 
 
+def test_the_demo_capture_places_its_outside_servers(sonde, geo_dir, as_ranges, tshark_tools):
+    """`make run`'s capture (scripts/make-demo-pcap.py): its outside servers stand on public
+    addresses the free databases place in several countries and ASes, as the oracles say, so
+    the first run's geo cards fill; its office addresses are placed nowhere."""
+    addrs = capture_addresses(REPO / "samples" / "demo.pcap")
+    answers = {a: expected(a, as_ranges) for a in addrs}
+    got = sonde_lookup(sonde, geo_dir, addrs)
+    wrong = [(a, want, (got[str(ipaddress.ip_address(a))]["country"],
+                        got[str(ipaddress.ip_address(a))]["asn"]))
+             for a, want in answers.items()
+             if (got[str(ipaddress.ip_address(a))]["country"],
+                 got[str(ipaddress.ip_address(a))]["asn"]) != want]
+    assert not wrong, wrong[:10]
+    countries = {c for c, _ in answers.values() if c}
+    asns = {n for _, n in answers.values() if n}
+    assert len(countries) >= 8 and len(asns) >= 8, (countries, asns)
+    office = [a for a in addrs if a.startswith(("10.", "fd00:"))]
+    assert office and all(answers[a] == (None, None) for a in office)
+
+
 def test_special_addresses_are_placed_nowhere(sonde, geo_dir):
     addrs = ["192.168.1.13", "10.0.0.1", "172.20.1.1", "127.0.0.1", "169.254.3.4", "100.64.1.1",
              "224.0.0.251", "255.255.255.255", "fd00::1", "fe80::1", "ff02::1", "::1",

@@ -292,7 +292,7 @@ def test_history_flows_carry_their_direction(sonde_bin, workdir):
     local networks as a live run does, so each stored flow has the FLOW_DIRECTION that
     `--flows-out` gave it in the run that stored it."""
     pcap = Path(__file__).resolve().parents[2] / "samples" / "demo.pcap"
-    nets = "10.0.0.0/28,198.51.100.80/31"
+    nets = "10.0.0.0/28,5.9.10.80/32,151.101.1.81/32"
     data, out = workdir / "data", workdir / "flows.jsonl"
     p = subprocess.run([str(sonde_bin), "-r", pcap, "--data-dir", data, "--local-networks", nets,
                         "--flows-out", out, "--flows-format", "json", "-q"],
