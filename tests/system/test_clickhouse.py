@@ -122,7 +122,7 @@ def test_a_second_run_appends_without_migrating_again(clickhouse, sonde, corpus,
     second = _export(sonde, corpus, workdir, url, "b")
     [[count]] = query(clickhouse, "SELECT count() FROM sonde_t2.flows")
     assert int(count) == len(first) + len(second)
-    assert query(clickhouse, "SELECT version FROM sonde_t2.sonde_schema") == [["2"]]
+    assert query(clickhouse, "SELECT version FROM sonde_t2.sonde_schema") == [["3"]]
 
 
 def test_retention_drops_old_days_on_a_server_without_ttl(clickhouse, sonde, corpus, workdir):

@@ -6,7 +6,8 @@ ClickHouse flows table instead of the local store, against Debian's ClickHouse 1
 * The same capture, stored by one run both locally (--data-dir) and in ClickHouse: every REST
   answer of a sonde serving the local store equals that of a sonde serving ClickHouse (flows
   field for field, top hosts and applications, filters), and both equal --flows-out.
-* A database of schema version 1 is migrated (the columns of version 2 added) and written.
+* A database of schema version 1 or 2 is migrated (the columns of versions 2 and 3 added) and
+  written; with --geoip-dir its rows carry the places --flows-out gives.
 * Two ClickHouse servers, one shard each, and a `Distributed` table over them: the history
   read through it equals one probe reading both captures.
 """
@@ -14,6 +15,7 @@ ClickHouse flows table instead of the local store, against Debian's ClickHouse 1
 from __future__ import annotations
 
 import collections
+import ipaddress
 import json
 import os
 import re
@@ -179,37 +181,73 @@ def test_the_history_api_from_clickhouse_equals_the_local_stores(clickhouse, son
     assert p.returncode != 0 and "data-dir" in p.stderr, p.stderr
 
 
-def test_a_version_1_database_is_migrated(clickhouse, sonde, corpus, workdir):
-    """Schema version 2 added the rest of the record's columns: a database a version 1 sonde
-    made gets them, and then holds the same rows a new one would."""
-    db, url = "sonde_v1", f"clickhouse://{clickhouse}/sonde_v1"
+V2_COLUMNS = ["retransmitted_in_packets", "retransmitted_out_packets", "ooorder_in_packets",
+              "ooorder_out_packets", "client_latency_us", "server_latency_us", "client_mac",
+              "server_mac", "tunnel", "fragments", "l7_confidence"]
+V3_COLUMNS = ["src_as", "dst_as", "src_country", "dst_country"]
+GEO_DIR = REPO / "geoip" / "node_modules" / "@ip-location-db"
+
+
+@pytest.mark.parametrize("version", [1, 2])
+def test_an_older_database_is_migrated(version, clickhouse, sonde, corpus, workdir):
+    """Schema version 2 added the rest of the record's columns, version 3 the places of its
+    ends: a database an older sonde made gets them, and then holds the same rows a new one
+    would, with the countries and AS numbers --flows-out gives (tests/system/test_geoip.py
+    checks those against mmdblookup)."""
+    if not (GEO_DIR / "asn").is_dir():
+        pytest.fail(f"{GEO_DIR} has no databases: run `make geoip`")
+    db = f"sonde_v{version}"
+    url = f"clickhouse://{clickhouse}/{db}"
     p = sonde("-r", corpus / "android.pcap", "--export", url, *ARGS)
     assert p.returncode == 0, p.stderr
-    v2 = ["retransmitted_in_packets", "retransmitted_out_packets", "ooorder_in_packets",
-          "ooorder_out_packets", "client_latency_us", "server_latency_us", "client_mac",
-          "server_mac", "tunnel", "fragments", "l7_confidence"]
-    # Back to version 1: its columns, its version, no rows.
+    missing = (V2_COLUMNS if version == 1 else []) + V3_COLUMNS
+    # Back to that version: its columns, its version, no rows.
     sql(clickhouse, f"DROP TABLE {db}.flows")
     sql(clickhouse, f"DROP TABLE {db}.sonde_schema")
     sql(clickhouse, f"CREATE TABLE {db}.sonde_schema (version UInt32, applied DateTime) "
                     f"ENGINE = TinyLog")
-    sql(clickhouse, f"INSERT INTO {db}.sonde_schema VALUES (1, now())")
+    sql(clickhouse, f"INSERT INTO {db}.sonde_schema VALUES ({version}, now())")
     schema = sonde("schema", "--clickhouse", db).stdout
     create = next(s for s in schema.split(";\n") if f"TABLE IF NOT EXISTS {db}.flows " in s)
-    for c in v2:
+    for c in missing:
         create = re.sub(rf", {c} [A-Za-z]+\d*(\(\d+\))?", "", create)
-    assert "l7_confidence" not in create
+    assert "src_country" not in create and ("l7_confidence" in create) == (version == 2)
     sql(clickhouse, create)
     out = workdir / "f.jsonl"
-    p = sonde("-r", corpus / "android.pcap", "--export", url, "--flows-out", out, *ARGS)
+    p = sonde("-r", corpus / "android.pcap", "--export", url, "--flows-out", out,
+              "--geoip-dir", GEO_DIR, *ARGS)
     assert p.returncode == 0, p.stderr
     cols = {name for name, *_ in sql(clickhouse, f"DESCRIBE TABLE {db}.flows")}
-    assert set(v2) <= cols
+    assert set(V2_COLUMNS + V3_COLUMNS) <= cols
     assert [v for [v] in sql(clickhouse, f"SELECT version FROM {db}.sonde_schema ORDER BY version")] \
-        == ["1", "2"]
+        == [str(version), "3"]
+    records = oracle.load_jsonl(str(out))
+    geo_keys = {"SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY"}
     got = sonde("query", "--history", url, "flows", "--limit", "1000", "--format", "jsonl")
     assert _canon(map(json.loads, got.stdout.splitlines())) == \
-        _canon(oracle.load_jsonl(str(out))), got.stderr
+        _canon({k: v for k, v in r.items() if k not in geo_keys} for r in records), got.stderr
+
+    # The places, row by row, as the flow records of the same run say.
+    def key(src, sport, dst, dport, first_ms):
+        return (str(ipaddress.ip_address(src)), int(sport), str(ipaddress.ip_address(dst)),
+                int(dport), int(first_ms))
+    rows = sql(clickhouse, f"SELECT IPv6NumToString(src_addr), src_port, IPv6NumToString(dst_addr), "
+                           f"dst_port, first_ms, src_as, dst_as, src_country, dst_country "
+                           f"FROM {db}.flows")
+    stored = {key(*r[:5]): (int(r[5]), int(r[6]), r[7], r[8]) for r in rows}
+    want = {}
+    for r in records:
+        src = r.get("IPV4_SRC_ADDR") or r.get("IPV6_SRC_ADDR")
+        dst = r.get("IPV4_DST_ADDR") or r.get("IPV6_DST_ADDR")
+        if "IPV4_SRC_ADDR" in r:
+            src, dst = f"::ffff:{src}", f"::ffff:{dst}"
+        want[key(src, r["L4_SRC_PORT"], dst, r["L4_DST_PORT"], r["FLOW_START_MILLISECONDS"])] = (
+            r.get("SRC_AS", 0), r.get("DST_AS", 0), r.get("SRC_IP_COUNTRY", ""),
+            r.get("DST_IP_COUNTRY", ""))
+    assert stored == want
+    placed = [w for w in want.values() if w[3]]
+    assert len(placed) > len(want) // 3 and any(w[1] for w in want.values()), \
+        "the capture's servers are placed"
 
 
 def _clickhouse(tmp_path, name, cluster=None):

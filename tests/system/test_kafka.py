@@ -2,9 +2,11 @@
 127.0.0.1 by scripts/kafka-server.sh) and reads them back from it.
 
 * `--export kafka://…` (JSON): kcat reads back exactly the records `--flows-out` wrote, and
-  every record of a flow sits in one partition (the message key is the flow).
+  every record of a flow sits in one partition (the message key is the flow); with
+  `--geoip-dir` both carry the countries and AS numbers of both ends.
 * `?format=protobuf`: `protoc --decode` against crates/export/proto/sonde_flow_v1.proto reads
-  every message, with the same addresses, ports, counters and metadata as the JSON records.
+  every message, with the same addresses, ports, counters, metadata, countries and AS numbers
+  as the JSON records.
 * `--collect kafka://…?group=G`: a second sonde consumes the topic and has the same flows,
   packets and bytes per direction; run again in the same group it reads nothing twice (its
   offsets were committed), and a new group reads everything again.
@@ -28,6 +30,7 @@ import oracle
 
 REPO = Path(__file__).resolve().parents[2]
 PROTO = REPO / "crates" / "export" / "proto" / "sonde_flow_v1.proto"
+GEO_DIR = REPO / "geoip" / "node_modules" / "@ip-location-db"
 PCAP = "1kxun.pcap"
 # Long flows of the capture give several records each (active timeout of 10 s).
 ARGS = ["--idle-timeout", "1000000000", "--active-timeout", "10", "-q"]
@@ -48,11 +51,11 @@ def _kcat(bootstrap: str, topic: str) -> list[tuple[int, bytes]]:
     return msgs
 
 
-def _export(sonde, pcap, workdir, url):
+def _export(sonde, pcap, workdir, url, *extra):
     flows = workdir / "exported.jsonl"
     stats = workdir / "exported-stats.json"
     p = sonde("-r", pcap, "--export", url, "--flows-out", flows,
-              "--stats-json", stats, *ARGS)
+              "--stats-json", stats, *ARGS, *extra)
     assert p.returncode == 0, p.stderr
     records = oracle.load_jsonl(str(flows))
     sink = next(s for s in json.loads(stats.read_text())["sinks"] if s["name"].startswith("kafka"))
@@ -68,7 +71,10 @@ def _canon(r: dict) -> str:
 def test_json_records_on_kafka_equal_the_flows_file(kafka, sonde, corpus, workdir):
     if not (corpus / PCAP).exists():
         pytest.skip(f"{PCAP} not in the corpus")
-    records = _export(sonde, corpus / PCAP, workdir, f"kafka://{kafka}/flows-json")
+    # With --geoip-dir both carry the places of both ends (test_geoip.py checks those).
+    records = _export(sonde, corpus / PCAP, workdir, f"kafka://{kafka}/flows-json",
+                      "--geoip-dir", GEO_DIR)
+    assert any(r.get("DST_IP_COUNTRY") and r.get("DST_AS") for r in records)
     msgs = _kcat(kafka, "flows-json")
     got = [json.loads(payload) for _, payload in msgs]
     assert sorted(map(_canon, got)) == sorted(map(_canon, records))
@@ -90,7 +96,7 @@ def test_protobuf_records_decode_with_protoc(kafka, sonde, corpus, workdir):
     if not (corpus / "http.pcapng").exists():
         pytest.skip("http.pcapng not in the corpus")
     records = _export(sonde, corpus / "http.pcapng", workdir,
-                      f"kafka://{kafka}/flows-pb?format=protobuf")
+                      f"kafka://{kafka}/flows-pb?format=protobuf", "--geoip-dir", GEO_DIR)
     msgs = [payload for _, payload in _kcat(kafka, "flows-pb")]
     assert len(msgs) == len(records)
     decoded = []
@@ -112,11 +118,16 @@ def test_protobuf_records_decode_with_protoc(kafka, sonde, corpus, workdir):
         assert num("first_ms") == r["FLOW_START_MILLISECONDS"]
         assert num("last_ms") == r["FLOW_END_MILLISECONDS"]
         assert num("schema_version") == 1
+        assert (num("src_as"), num("dst_as")) == (r.get("SRC_AS", 0), r.get("DST_AS", 0))
+        for k, key in (("src_country", "SRC_IP_COUNTRY"), ("dst_country", "DST_IP_COUNTRY")):
+            m = re.search(rf'^{k}: "([A-Z]{{2}})"$', text, re.M)
+            assert (m.group(1) if m else None) == r.get(key), (k, text)
         meta = dict(re.findall(r'meta \{\s*key: "([^"]*)"\s*value: "([^"]*)"', text))
         for k in ("HTTP_HOST", "HTTP_URL", "TLS_SERVER_NAME"):
             if k in r:
                 assert meta.get(k) == r[k], (k, meta)
     assert any("HTTP_HOST" in t for t in decoded), "the capture's HTTP metadata travelled"
+    assert any("dst_country" in t for t in decoded), "the capture's servers are placed"
 
 
 

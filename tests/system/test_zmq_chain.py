@@ -17,6 +17,9 @@ import zlib
 import pytest
 
 import oracle
+from conftest import REPO
+
+GEO_DIR = REPO / "geoip" / "node_modules" / "@ip-location-db"
 
 
 def _free_tcp_port() -> int:
@@ -238,7 +241,7 @@ def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
         low = subprocess.Popen(
             [str(sonde_bin), "-r", str(corpus / "1kxun.pcap"), "--zmq-export",
              f"tcp://127.0.0.1:{port}?format=ntopng&wait=10&header={header}&compress={compress}"
-             "&source_id=7", "--flows-out", str(flows_out), "-q"],
+             "&source_id=7", "--flows-out", str(flows_out), "--geoip-dir", str(GEO_DIR), "-q"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
         messages = []
         deadline = time.time() + 60
@@ -293,6 +296,14 @@ def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
         assert len(flows) == len(exported) > 0
         assert sum(int(f["1"]) + int(f["23"]) for f in flows) == \
             sum(int(r["IN_BYTES"]) + int(r["OUT_BYTES"]) for r in exported)
+        # With --geoip-dir: AS numbers under nProbe's 16/17 (SRC_AS, DST_AS), countries by name.
+        def places(f, a, b, c, d):
+            return (int(f.get(a, 0)), int(f.get(b, 0)), f.get(c), f.get(d))
+        assert collections.Counter(places(f, "16", "17", "SRC_IP_COUNTRY", "DST_IP_COUNTRY")
+                                   for f in flows) == \
+            collections.Counter(places(r, "SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY")
+                                for r in exported)
+        assert any(f.get("DST_IP_COUNTRY") and int(f.get("17", 0)) for f in flows)
 
 
 def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):

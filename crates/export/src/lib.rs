@@ -416,6 +416,30 @@ pub fn export_flow(r: &FlowRecord, geo: Option<&GeoDb>) -> sonde_flowproto::Expo
     }
 }
 
+/// Where a record's two ends are, as the columnar and binary exports store it: AS numbers
+/// (an exporter's when collected with them, else the databases', else 0) and countries (the
+/// databases', `None` when not placed or without `--geoip-dir`). `src` is the client.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Places {
+    pub src_as: u32,
+    pub dst_as: u32,
+    pub src_country: Option<sonde_geo::Country>,
+    pub dst_country: Option<sonde_geo::Country>,
+}
+
+/// The [`Places`] of a record's client and server.
+pub fn places(r: &FlowRecord, geo: Option<&GeoDb>) -> Places {
+    let v = View::of(&r.flow);
+    let country =
+        |addr: &[u8; 16]| geo.and_then(|g| g.country(ip_addr(addr, r.flow.key.ip_version)));
+    Places {
+        src_as: as_of(r, geo, v.client_addr(), |m| m.src_as),
+        dst_as: as_of(r, geo, v.server_addr(), |m| m.dst_as),
+        src_country: country(v.client_addr()),
+        dst_country: country(v.server_addr()),
+    }
+}
+
 /// One end's AS number for export: the collected one, else the databases'.
 fn as_of(
     r: &FlowRecord,
@@ -690,6 +714,48 @@ mod tests {
         let db = GeoDb::open_dir(&d).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
         db
+    }
+
+    #[test]
+    fn places_are_the_json_fields_in_protobuf_and_read_back_as_collected_as() {
+        let geo = test_geo();
+        let r = public(); // client 1.0.0.9, server 1.0.0.1
+        let de = sonde_geo::Country::parse("DE");
+        let want = Places {
+            src_as: 0,
+            dst_as: 64500,
+            src_country: de,
+            dst_country: de,
+        };
+        assert_eq!(places(&r, Some(&geo)), want);
+        assert_eq!(places(&r, None), Places::default());
+        let m = proto::message(&r, Some(&geo));
+        assert_eq!(
+            (
+                m.src_as,
+                m.dst_as,
+                m.src_country.as_str(),
+                m.dst_country.as_str()
+            ),
+            (0, 64500, "DE", "DE")
+        );
+        // An exporter's AS wins; both numbers come back to a collector once each.
+        let mut collected = public();
+        collected.meta = Some(Box::new(sonde_dpi::Meta {
+            src_as: 64501,
+            ..Default::default()
+        }));
+        assert_eq!(places(&collected, Some(&geo)).src_as, 64501);
+        let mut bytes = Vec::new();
+        proto::encode(&collected, Some(&geo), &mut bytes);
+        let c = proto::decode(&bytes).unwrap();
+        let pairs: Vec<_> = c
+            .extra_text
+            .iter()
+            .filter(|(k, _)| k.ends_with("_AS"))
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+            .collect();
+        assert_eq!(pairs, [("SRC_AS", "64501"), ("DST_AS", "64500")]);
     }
 
     #[test]

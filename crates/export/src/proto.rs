@@ -71,6 +71,14 @@ pub struct FlowMessage {
     pub retransmitted_in_packets: u32,
     #[prost(uint32, tag = "29")]
     pub retransmitted_out_packets: u32,
+    #[prost(uint32, tag = "30")]
+    pub src_as: u32,
+    #[prost(uint32, tag = "31")]
+    pub dst_as: u32,
+    #[prost(string, tag = "32")]
+    pub src_country: String,
+    #[prost(string, tag = "33")]
+    pub dst_country: String,
     #[prost(btree_map = "string, string", tag = "40")]
     pub meta: BTreeMap<String, String>,
 }
@@ -83,8 +91,11 @@ fn addr_bytes(addr: &[u8; 16], ip_version: u8) -> Vec<u8> {
     }
 }
 
-/// The message of one flow record, seen from its client (as the JSON form is).
-pub fn message(r: &FlowRecord) -> FlowMessage {
+/// The message of one flow record, seen from its client (as the JSON form is), with the
+/// places of its ends from `geo` (`--geoip-dir`).
+pub fn message(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>) -> FlowMessage {
+    let places = crate::places(r, geo);
+    let country = |c: Option<sonde_geo::Country>| c.map(|c| c.to_string()).unwrap_or_default();
     let f = &r.flow;
     let (c, s) = (f.client_dir(), 1 - f.client_dir());
     let e = f.ends();
@@ -143,11 +154,14 @@ pub fn message(r: &FlowRecord) -> FlowMessage {
         dst_mac: sm.to_vec(),
         retransmitted_in_packets: f.retransmits[c],
         retransmitted_out_packets: f.retransmits[s],
+        src_as: places.src_as,
+        dst_as: places.dst_as,
+        src_country: country(places.src_country),
+        dst_country: country(places.dst_country),
         meta,
     }
 }
 
-/// Appends the encoded message of `r` to `out`.
 /// Appends field `exporter_addr` to an encoded message: a later field wins in protobuf, so this
 /// names the probe of a record that has no exporter of its own.
 pub fn append_exporter(ip: std::net::IpAddr, out: &mut Vec<u8>) {
@@ -162,9 +176,10 @@ pub fn append_exporter(ip: std::net::IpAddr, out: &mut Vec<u8>) {
     m.encode(out).expect("a Vec grows");
 }
 
-pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
+/// Appends the encoded message of `r` to `out`.
+pub fn encode(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>, out: &mut Vec<u8>) {
     // Vec<u8> grows as needed: encoding cannot fail.
-    let _ = prost::Message::encode(&message(r), out);
+    let _ = prost::Message::encode(&message(r, geo), out);
 }
 
 /// Appends one encoded Flow to a `FlowBatch` being built (field 1, length-delimited).
@@ -251,6 +266,12 @@ pub fn decode(bytes: &[u8]) -> Result<CollectedFlow, ProtoError> {
         end_reason: crate::ingest::end_reason(&m.end_reason),
         ..CollectedFlow::default()
     };
+    // AS numbers travel as fields; a producer's metadata pair of the same name wins.
+    for (key, n) in [("SRC_AS", m.src_as), ("DST_AS", m.dst_as)] {
+        if n != 0 && !c.extra_text.iter().any(|(k, _)| k == key) {
+            c.extra_text.push((key.to_string(), n.to_string()));
+        }
+    }
     c.src[..m.src_addr.len()].copy_from_slice(&m.src_addr);
     c.dst[..m.dst_addr.len()].copy_from_slice(&m.dst_addr);
     // Where the flow was measured (a collected flow's exporter, or the probe that said so).
@@ -310,7 +331,7 @@ mod tests {
     #[test]
     fn a_batch_reads_back_as_its_flows_and_a_broken_one_is_counted() {
         let (mut one, mut batch) = (Vec::new(), Vec::new());
-        encode(&record(), &mut one);
+        encode(&record(), None, &mut one);
         assert_eq!(one[0], 0x08, "a Flow starts with its schema version");
         assert_eq!(decode_message(&one).0.len(), 1);
         for _ in 0..3 {
@@ -329,14 +350,14 @@ mod tests {
     #[test]
     fn a_probe_address_appended_reads_back_as_the_exporter() {
         let mut bytes = Vec::new();
-        encode(&record(), &mut bytes);
+        encode(&record(), None, &mut bytes);
         assert_eq!(decode(&bytes).unwrap().exporter, None);
         append_exporter("10.0.0.9".parse().unwrap(), &mut bytes);
         let c = decode(&bytes).unwrap();
         assert_eq!(c.exporter, Some("10.0.0.9:0".parse().unwrap()));
         assert_eq!(c.bytes, 1200, "the rest of the message is untouched");
         let mut v6 = Vec::new();
-        encode(&record(), &mut v6);
+        encode(&record(), None, &mut v6);
         append_exporter("2001:db8::9".parse().unwrap(), &mut v6);
         assert_eq!(
             decode(&v6).unwrap().exporter,
@@ -347,7 +368,7 @@ mod tests {
     #[test]
     fn a_record_reads_back_from_its_client() {
         let mut bytes = Vec::new();
-        encode(&record(), &mut bytes);
+        encode(&record(), None, &mut bytes);
         let c = decode(&bytes).unwrap();
         assert_eq!(c.ip_version, 4);
         assert_eq!((&c.src[..4], c.sport), (&[192, 168, 1, 20][..], 51234));

@@ -166,7 +166,8 @@ const FLOW: &[Field] = &[
 pub const NPROBE_IDS: &[(&str, u32)] = &[
     ("IN_BYTES", 1), ("IN_PKTS", 2), ("PROTOCOL", 4), ("SRC_TOS", 5), ("TCP_FLAGS", 6),
     ("L4_SRC_PORT", 7), ("IPV4_SRC_ADDR", 8), ("INPUT_SNMP", 10), ("L4_DST_PORT", 11),
-    ("IPV4_DST_ADDR", 12), ("OUTPUT_SNMP", 14), ("LAST_SWITCHED", 21), ("FIRST_SWITCHED", 22),
+    ("IPV4_DST_ADDR", 12), ("OUTPUT_SNMP", 14), ("SRC_AS", 16), ("DST_AS", 17),
+    ("LAST_SWITCHED", 21), ("FIRST_SWITCHED", 22),
     ("OUT_BYTES", 23), ("OUT_PKTS", 24), ("IPV6_SRC_ADDR", 27), ("IPV6_DST_ADDR", 28),
     ("ICMP_TYPE", 32), ("SAMPLING_INTERVAL", 34), ("IN_SRC_MAC", 56), ("VLAN_ID", 58),
     ("IP_PROTOCOL_VERSION", 60), ("IN_DST_MAC", 80), ("EXPORTER_IPV4_ADDRESS", 130),

@@ -6,7 +6,7 @@
 //! the shards of a cluster. Every answer has the shape the local store's has, so the REST API,
 //! the console and `sonde query` print both alike; `exporter=` tells the probes apart.
 
-use crate::clickhouse_sink::{addr16, post_limited, ClickHouseTarget, FLOW_COLUMNS};
+use crate::clickhouse_sink::{addr16, post_limited, ClickHouseTarget, FLOW_COLUMNS, V2_COLUMNS};
 use serde_json::Value;
 use sonde_dpi::{Category, Confidence, Proto, L7};
 use sonde_flow::{EndReason, Flow, FlowRecord};
@@ -123,7 +123,8 @@ impl ClickHouseHistory {
         offset: usize,
         limit: usize,
     ) -> Result<Vec<FlowRecord>, String> {
-        let cols: Vec<String> = FLOW_COLUMNS
+        // The record's own columns: a table of schema version 2 (no places) reads as well.
+        let cols: Vec<String> = FLOW_COLUMNS[..V2_COLUMNS]
             .iter()
             .map(|(n, t)| {
                 if t.starts_with("FixedString") {
@@ -684,7 +685,7 @@ mod tests {
             exporter: Some(("10.9.8.7:0".parse().unwrap(), 0)),
         };
         let mut bin = Vec::new();
-        crate::clickhouse_sink::row_binary(&r, &mut bin);
+        crate::clickhouse_sink::row_binary(&r, None, &mut bin);
         let row = row_as_clickhouse_answers(&bin);
         let back = record_of(&row).unwrap();
         let json = |r: &FlowRecord| {

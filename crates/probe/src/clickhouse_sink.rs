@@ -152,10 +152,19 @@ pub const FLOW_COLUMNS: &[(&str, &str)] = &[
     ("tunnel", "String"),
     ("fragments", "UInt32"),
     ("l7_confidence", "String"),
+    // Schema version 3: where the ends are (`--geoip-dir`, or an exporter's AS numbers); 0 and
+    // '' when not known.
+    ("src_as", "UInt32"),
+    ("dst_as", "UInt32"),
+    ("src_country", "String"),
+    ("dst_country", "String"),
 ];
 
-/// How many of [`FLOW_COLUMNS`] schema version 1 had (version 2 added the others at the end).
+/// How many of [`FLOW_COLUMNS`] schema version 1 had (version 2 added the next ones).
 const V1_COLUMNS: usize = 30;
+/// How many schema version 2 had (version 3 added the places at the end). They are all a
+/// record needs, so the history reads only these: a table of version 2 reads as well.
+pub const V2_COLUMNS: usize = 41;
 
 /// A rollup: its name, its key columns (name, type, expression over `flows`).
 struct Rollup {
@@ -194,17 +203,21 @@ const ROLLUPS: &[Rollup] = &[
 const GRAINS: &[(&str, &str)] = &[("1m", "toStartOfMinute"), ("1h", "toStartOfHour")];
 
 /// The schema version [`statements`] creates.
-pub const SCHEMA_VERSION: u32 = 2;
+pub const SCHEMA_VERSION: u32 = 3;
 
 /// What turns a database of schema version `from` into the current one.
 pub fn migrations(db: &str, from: u32) -> Vec<String> {
+    let added_since = |n: usize| {
+        FLOW_COLUMNS[n..]
+            .iter()
+            .map(|(n, t)| format!("ALTER TABLE {db}.flows ADD COLUMN {n} {t}"))
+            .collect()
+    };
     match from {
         // None yet: create it all.
         0 => statements(db),
-        1 => FLOW_COLUMNS[V1_COLUMNS..]
-            .iter()
-            .map(|(n, t)| format!("ALTER TABLE {db}.flows ADD COLUMN {n} {t}"))
-            .collect(),
+        1 => added_since(V1_COLUMNS),
+        2 => added_since(V2_COLUMNS),
         _ => Vec::new(),
     }
 }
@@ -369,6 +382,10 @@ pub fn kafka_statements(db: &str, brokers: &str, topic: &str, group: &str) -> Ve
         "TUNNEL AS tunnel".into(),
         "toUInt32(FRAGMENTS) AS fragments".into(),
         "L7_CONFIDENCE AS l7_confidence".into(),
+        "toUInt32(SRC_AS) AS src_as".into(),
+        "toUInt32(DST_AS) AS dst_as".into(),
+        "SRC_IP_COUNTRY AS src_country".into(),
+        "DST_IP_COUNTRY AS dst_country".into(),
     ];
     vec![
         format!(
@@ -398,6 +415,8 @@ pub struct ClickHouseSink {
     /// While the server refuses: when to try again, and the wait after that.
     retry_at: Option<Instant>,
     backoff: Duration,
+    /// `--geoip-dir`: the countries and AS numbers of both ends.
+    geo: Option<std::sync::Arc<sonde_geo::GeoDb>>,
 }
 
 /// The server's answer to a statement, or why there is none.
@@ -534,10 +553,17 @@ impl ClickHouseSink {
             last_error: None,
             retry_at: None,
             backoff: FIRST_RETRY,
+            geo: None,
         };
         sink.enforce_retention()
             .map_err(|e| format!("--export {}: retention: {e}", sink.target.text))?;
         Ok(sink)
+    }
+
+    /// Rows carry the countries and AS numbers of both ends (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<std::sync::Arc<sonde_geo::GeoDb>>) -> ClickHouseSink {
+        self.geo = geo;
+        self
     }
 
     /// Without TTL: drops the day partitions of `flows` older than the retention.
@@ -640,8 +666,9 @@ fn put_str(out: &mut Vec<u8>, s: &str) {
     out.extend_from_slice(s.as_bytes());
 }
 
-/// One row of `flows` in RowBinary, in [`FLOW_COLUMNS`] order.
-pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
+/// One row of `flows` in RowBinary, in [`FLOW_COLUMNS`] order; the places of its ends from
+/// `geo` (`--geoip-dir`).
+pub fn row_binary(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>, out: &mut Vec<u8>) {
     let f = &r.flow;
     let (c, s) = (f.client_dir(), 1 - f.client_dir());
     let e = f.ends();
@@ -726,6 +753,12 @@ pub fn row_binary(r: &FlowRecord, out: &mut Vec<u8>) {
             ""
         },
     );
+    let places = sonde_export::places(r, geo);
+    out.extend_from_slice(&places.src_as.to_le_bytes());
+    out.extend_from_slice(&places.dst_as.to_le_bytes());
+    for c in [places.src_country, places.dst_country] {
+        put_str(out, c.as_ref().map_or("", |c| c.as_str()));
+    }
 }
 
 impl RecordSink for ClickHouseSink {
@@ -735,7 +768,7 @@ impl RecordSink for ClickHouseSink {
 
     fn write(&mut self, batch: &[FlowRecord]) -> io::Result<()> {
         for r in batch {
-            row_binary(r, &mut self.rows);
+            row_binary(r, self.geo.as_deref(), &mut self.rows);
             self.pending += 1;
             if self.pending.is_multiple_of(MAX_ROWS) {
                 self.send(false);
@@ -819,6 +852,26 @@ mod tests {
         assert_eq!(version_of("18.16.1\n"), (18, 16));
         assert!(version_of("24.8.4.13") >= (19, 6));
         assert!(version_of("19.5.1") < (19, 6));
+    }
+
+    #[test]
+    fn migrations_add_each_later_versions_columns() {
+        assert_eq!(FLOW_COLUMNS[V1_COLUMNS - 1].0, "meta_values");
+        assert_eq!(FLOW_COLUMNS[V2_COLUMNS - 1].0, "l7_confidence");
+        let from2 = migrations("db", 2);
+        assert_eq!(
+            from2,
+            [
+                "ALTER TABLE db.flows ADD COLUMN src_as UInt32",
+                "ALTER TABLE db.flows ADD COLUMN dst_as UInt32",
+                "ALTER TABLE db.flows ADD COLUMN src_country String",
+                "ALTER TABLE db.flows ADD COLUMN dst_country String",
+            ]
+        );
+        let from1 = migrations("db", 1);
+        assert_eq!(from1.len(), FLOW_COLUMNS.len() - V1_COLUMNS);
+        assert!(from1.ends_with(&from2));
+        assert!(migrations("db", SCHEMA_VERSION).is_empty());
     }
 
     #[test]

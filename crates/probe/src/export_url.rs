@@ -79,7 +79,8 @@ impl ExportSpec {
         }
     }
 
-    /// NetFlow/IPFIX export writes the AS numbers of `geo` where no exporter gave them.
+    /// Records carry the places of `geo` (`--geoip-dir`): AS numbers in NetFlow/IPFIX (where no
+    /// exporter gave them), AS numbers and countries in Kafka and ClickHouse.
     pub fn with_geo(mut self, geo: Option<Arc<sonde_geo::GeoDb>>) -> ExportSpec {
         self.geo = geo;
         self
@@ -96,10 +97,12 @@ impl ExportSpec {
                     .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
             Target::Kafka(t) => Arc::new(move || {
-                KafkaSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+                KafkaSink::connect(t.clone())
+                    .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
             Target::ClickHouse(t) => Arc::new(move || {
-                ClickHouseSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+                ClickHouseSink::connect(t.clone())
+                    .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
             Target::Cassandra(t) => Arc::new(move || {
                 CassandraSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)

@@ -163,6 +163,8 @@ pub struct KafkaSink {
     /// One message's payload, reused.
     payload: Vec<u8>,
     json: FlowWriter<Vec<u8>>,
+    /// `--geoip-dir`: the places of both ends, in the JSON writer and the protobuf fields.
+    geo: Option<Arc<sonde_geo::GeoDb>>,
     records: u64,
     /// With several records per message: the topic's partition count, the message being
     /// filled for each partition and its records, and the records in all of them.
@@ -273,11 +275,20 @@ impl KafkaSink {
             deliveries,
             payload: Vec::with_capacity(1024),
             json: FlowWriter::new(Vec::with_capacity(1024), Format::Json),
+            geo: None,
             records: 0,
             partitions,
             open,
             buffered: 0,
         })
+    }
+
+    /// Records carry the AS numbers and countries of both ends (`--geoip-dir`), in both forms.
+    pub fn with_geo(mut self, geo: Option<Arc<sonde_geo::GeoDb>>) -> KafkaSink {
+        self.json = std::mem::replace(&mut self.json, FlowWriter::new(Vec::new(), Format::Json))
+            .with_geo(geo.clone());
+        self.geo = geo;
+        self
     }
 
     /// Sends the message being filled for partition `p`, if it holds any record.
@@ -328,7 +339,7 @@ impl KafkaSink {
                 }
             }
             KafkaFormat::Protobuf => {
-                sonde_export::proto::encode(r, &mut self.payload);
+                sonde_export::proto::encode(r, self.geo.as_deref(), &mut self.payload);
                 if let (Some(ip), None) = (self.target.probe, r.exporter) {
                     sonde_export::proto::append_exporter(ip, &mut self.payload);
                 }

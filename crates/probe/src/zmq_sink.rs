@@ -23,6 +23,8 @@ pub struct ZmqSink {
     report: SinkReport,
     /// With `format=ntopng`: ntopng's framing on an XPUB socket (see [`Ntopng`]).
     ntopng: Option<Ntopng>,
+    /// `--geoip-dir`: the countries and AS numbers of both ends, in every flow object.
+    geo: Option<std::sync::Arc<sonde_geo::GeoDb>>,
 }
 
 /// What a `--zmq-export` URL asks for.
@@ -121,7 +123,14 @@ impl ZmqSink {
                 ..SinkReport::default()
             },
             ntopng,
+            geo: None,
         })
+    }
+
+    /// Flow objects carry the countries and AS numbers of both ends (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<std::sync::Arc<sonde_geo::GeoDb>>) -> ZmqSink {
+        self.geo = geo;
+        self
     }
 }
 
@@ -355,7 +364,8 @@ impl RecordSink for ZmqSink {
             return Ok(());
         }
         // A JSON array of flow objects: the JSON lines writer's objects, comma-joined.
-        let mut w = FlowWriter::new(Vec::with_capacity(batch.len() * 700), Format::Json);
+        let mut w = FlowWriter::new(Vec::with_capacity(batch.len() * 700), Format::Json)
+            .with_geo(self.geo.clone());
         for r in batch {
             w.write(r)?;
         }

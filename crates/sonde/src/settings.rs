@@ -359,11 +359,13 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
         // A bad key file or option is named at start, not when the sink starts.
         ZmqSink::check(&endpoint).map_err(anyhow::Error::msg)?;
         let queue = sinks::registered("zmq").queue(req, is_live);
+        let geo = cfg.geo.clone();
         cfg.extra_sinks.push(SinkPlan {
             kind: "zmq",
             queue,
             make: std::sync::Arc::new(move || {
-                ZmqSink::connect(&endpoint).map(|s| Box::new(s) as Box<dyn RecordSink>)
+                ZmqSink::connect(&endpoint)
+                    .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
         });
     }
