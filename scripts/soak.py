@@ -264,6 +264,26 @@ def proc_sample(pid):
     return cpu, rss, threads, fds
 
 
+def rss_parts(pid) -> dict:
+    """RSS split into anonymous, file-backed and shared memory (MiB), from /proc/PID/status: a
+    step in RSS is told apart as heap (anon) or mapped files."""
+    parts = {}
+    with open(f"/proc/{pid}/status") as f:
+        for line in f:
+            key, _, value = line.partition(":")
+            if key in ("RssAnon", "RssFile", "RssShmem"):
+                parts[key] = round(int(value.split()[0]) / 1024, 1)
+    return parts
+
+
+def save_smaps(pid, path: Path):
+    """Keeps /proc/PID/smaps (which mapping holds the memory) when RSS stepped up."""
+    try:
+        shutil.copyfile(f"/proc/{pid}/smaps", path)
+    except OSError as e:
+        print(f"soak: could not keep {path.name}: {e}", flush=True)
+
+
 METRICS = ["sonde_packets_total", "sonde_capture_dropped_total", "sonde_flows_active",
            "sonde_hosts_active", "sonde_flows_created_total", "sonde_table_memory_bytes",
            "sonde_malformed_total", "sonde_http_refused_connections_total"]
@@ -398,7 +418,8 @@ def main() -> int:
         t_start = time.time()
         print(f"soak: {args.seconds} s, sonde pid {proc.pid}, results in {out}", flush=True)
         with open(out / "samples.csv", "w") as f:
-            cols = ["t", "cpu_s", "rss_mib", "threads", "fds", *METRICS]
+            cols = ["t", "cpu_s", "rss_mib", "RssAnon", "RssFile", "RssShmem", "threads", "fds",
+                    *METRICS]
             f.write(",".join(cols) + "\n")
             while time.time() - t_start < args.seconds:
                 if proc.poll() is not None:
@@ -407,7 +428,13 @@ def main() -> int:
                 cpu, rss, nthreads, fds = proc_sample(proc.pid)
                 m = scrape(http_port, token)
                 row = {"t": round(time.time() - t_start, 1), "cpu_s": cpu,
-                       "rss_mib": round(rss / 2**20, 1), "threads": nthreads, "fds": fds, **m}
+                       "rss_mib": round(rss / 2**20, 1), **rss_parts(proc.pid),
+                       "threads": nthreads, "fds": fds, **m}
+                # A step of 100 MiB or more since the last sample: keep the mappings to say where.
+                if samples and row["rss_mib"] - samples[-1]["rss_mib"] >= 100:
+                    save_smaps(proc.pid, out / f"smaps-step-{row['t']:.0f}s.txt")
+                elif len(samples) % 60 == 0:
+                    save_smaps(proc.pid, out / f"smaps-{row['t']:.0f}s.txt")
                 samples.append(row)
                 f.write(",".join(str(row.get(c, "")) for c in cols) + "\n")
                 f.flush()
