@@ -250,6 +250,61 @@ def test_an_older_database_is_migrated(version, clickhouse, sonde, corpus, workd
         "the capture's servers are placed"
 
 
+def test_country_and_as_filters_select_on_the_stored_places(clickhouse, sonde_bin, sonde, corpus,
+                                                            workdir):
+    """country= and asn= on a ClickHouse history select on the places its rows were written
+    with (the sink's --geoip-dir), so a reader needs no databases: the same flows and top lists
+    as a --data-dir history filtered by lookups as it is read, and as `sonde query`."""
+    if not (GEO_DIR / "asn").is_dir():
+        pytest.fail(f"{GEO_DIR} has no databases: run `make geoip`")
+    pcap = corpus / "android.pcap"
+    data, out = workdir / "data", workdir / "flows.jsonl"
+    url = f"clickhouse://{clickhouse}/sonde_places"
+    p = sonde("-r", pcap, "--export", url, "--data-dir", data, "--flows-out", out,
+              "--geoip-dir", GEO_DIR, *ARGS)
+    assert p.returncode == 0, p.stderr
+    records = oracle.load_jsonl(str(out))
+    countries = collections.Counter(c for r in records
+                                    for c in (r.get("SRC_IP_COUNTRY"), r.get("DST_IP_COUNTRY")) if c)
+    asns = collections.Counter(a for r in records for a in (r.get("SRC_AS"), r.get("DST_AS")) if a)
+    assert len(countries) >= 2 and len(asns) >= 2, (countries, asns)
+    country, asn = countries.most_common(1)[0][0], asns.most_common(2)[1][0]
+    geo_keys = {"SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY"}
+
+    def plain(flows):
+        return _canon({k: v for k, v in f.items() if k not in geo_keys} for f in flows)
+
+    local = Served(sonde_bin, corpus, "--data-dir", data, "--geoip-dir", GEO_DIR)
+    central = Served(sonde_bin, corpus, "--history", url)
+    try:
+        for q in [f"country={country}", f"asn={asn}", f"country={country}&asn={asn}",
+                  f"asn=AS{asn}&proto=tcp", "country=AQ"]:
+            a, b = local.all_flows("&" + q), central.all_flows("&" + q)
+            assert plain(a) == plain(b), q
+            want = [r for r in records
+                    if any((not q.startswith("country") or r.get(f"{e}_IP_COUNTRY") == country)
+                           and ("asn" not in q or r.get(f"{e}_AS") == asn) for e in ("SRC", "DST"))
+                    and ("proto=tcp" not in q or r["PROTOCOL"] == 6)]
+            if q == "country=AQ":
+                want = []
+            assert plain(b) == plain(want), q
+            if q != "country=AQ":
+                assert b, f"{q} selects some flows of the capture"
+        for q in [f"top/hosts?country={country}&limit=20", f"top/apps?asn={asn}&limit=100"]:
+            a, b = local.get("/api/v1/history/" + q), central.get("/api/v1/history/" + q)
+            assert a[0] == b[0] == 200, (q, a, b)
+            assert a[1]["rows"] == b[1]["rows"] and a[1]["rows"], q
+        assert central.get("/api/v1/history/flows?country=USA")[0] == 400
+    finally:
+        local.stop()
+        central.stop()
+    got = sonde("query", "--history", url, "flows", "--country", country, "--limit", "1000",
+                "--format", "jsonl")
+    assert got.returncode == 0, got.stderr
+    assert plain(map(json.loads, got.stdout.splitlines())) == \
+        plain(r for r in records if country in (r.get("SRC_IP_COUNTRY"), r.get("DST_IP_COUNTRY")))
+
+
 def _clickhouse(tmp_path, name, cluster=None):
     env = dict(os.environ, CLICKHOUSE_PARENT_PID=str(os.getpid()))
     if cluster:

@@ -34,10 +34,20 @@ impl std::fmt::Debug for ClickHouseHistory {
     }
 }
 
-/// What the history filters by beyond [`Filter`]: the probe or exporter a flow came from.
+/// What the ClickHouse history filters by beyond [`Filter`]: the probe or exporter a flow came
+/// from, and the places stored with it.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Origin {
     pub exporter: Option<IpAddr>,
+    /// Flows with an end placed there, as stored when the row was written (schema version 3).
+    pub place: Option<StoredPlace>,
+}
+
+/// A country, an AS, or both, that one end of a flow must have (`country=`, `asn=`).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct StoredPlace {
+    pub country: Option<sonde_geo::Country>,
+    pub asn: Option<u32>,
 }
 
 impl ClickHouseHistory {
@@ -359,6 +369,20 @@ pub fn where_clause(f: &Filter, origin: Origin) -> String {
         };
         let _ = write!(w, " AND exporter = unhex('{}')", hex(&b));
     }
+    if let Some(p) = origin.place {
+        // One end with both, as the local store's test; a country is two ASCII letters.
+        let end = |side: &str| {
+            let mut t = String::from("1");
+            if let Some(c) = p.country {
+                let _ = write!(t, " AND {side}_country = '{c}'");
+            }
+            if let Some(a) = p.asn {
+                let _ = write!(t, " AND {side}_as = {a}");
+            }
+            t
+        };
+        let _ = write!(w, " AND (({}) OR ({}))", end("src"), end("dst"));
+    }
     w
 }
 
@@ -623,6 +647,28 @@ mod tests {
         }
         assert!(b.is_empty(), "the row has more bytes than FLOW_COLUMNS");
         row
+    }
+
+    #[test]
+    fn a_place_is_one_end_with_all_of_it() {
+        let place = |country: Option<&str>, asn| Origin {
+            place: Some(StoredPlace {
+                country: country.and_then(sonde_geo::Country::parse),
+                asn,
+            }),
+            ..Origin::default()
+        };
+        let f = Filter::default();
+        assert_eq!(where_clause(&f, Origin::default()), "1");
+        assert_eq!(
+            where_clause(&f, place(Some("de"), None)),
+            "1 AND ((1 AND src_country = 'DE') OR (1 AND dst_country = 'DE'))"
+        );
+        assert_eq!(
+            where_clause(&f, place(Some("US"), Some(15169))),
+            "1 AND ((1 AND src_country = 'US' AND src_as = 15169) OR \
+             (1 AND dst_country = 'US' AND dst_as = 15169))"
+        );
     }
 
     #[test]

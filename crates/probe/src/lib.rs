@@ -36,7 +36,7 @@ pub use cassandra_sink::{
     keyspace_statements as cassandra_keyspace_statements, statements as cassandra_statements,
     CassandraSink, CassandraTarget, CASSANDRA_OPTIONS,
 };
-pub use clickhouse_history::{ClickHouseHistory, Origin, SeriesOf};
+pub use clickhouse_history::{ClickHouseHistory, Origin, SeriesOf, StoredPlace};
 pub use clickhouse_sink::{
     kafka_statements as clickhouse_kafka_statements, statements as clickhouse_statements,
     ClickHouseSink, ClickHouseTarget,

@@ -15,7 +15,7 @@ use sonde_export::{format_addr, FlowWriter, Format};
 use sonde_history::filter_text::FilterText;
 use sonde_history::query::{self, Metric};
 use sonde_history::store::{Filter, FlowReader};
-use sonde_probe::{ClickHouseHistory, Origin};
+use sonde_probe::{ClickHouseHistory, Origin, StoredPlace};
 use std::collections::HashMap;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -53,25 +53,24 @@ fn filter_of(q: &HashMap<String, String>) -> Result<Filter, ApiError> {
     .map_err(bad)
 }
 
-/// `country=` and `asn=`: flows with either end placed there by `--geoip-dir` (looked up as
-/// the flows are read: the store keeps addresses only). The ClickHouse history is read with
-/// SQL, where the databases are not: refused there.
+/// `country=` and `asn=`: flows with either end placed there. A `--data-dir` history looks the
+/// places up by `--geoip-dir` as the flows are read (the store keeps addresses only); the
+/// ClickHouse history selects on the places its rows were written with (schema version 3),
+/// which `origin` carries.
 fn place_of(
     s: &AppState,
     q: &HashMap<String, String>,
     src: &Source,
     filter: &mut Filter,
+    origin: &mut Origin,
 ) -> Result<(), ApiError> {
-    let (country, asn) = crate::geo_params(&s.view, q)?;
+    let (country, asn) = crate::parse_geo_params(q)?;
     if country.is_none() && asn.is_none() {
         return Ok(());
     }
     if matches!(src, Source::ClickHouse(_)) {
-        return Err(bad(
-            "country=/asn=: the ClickHouse history is read with SQL, without the GeoIP \
-             databases; these filters work on a --data-dir history"
-                .to_string(),
-        ));
+        origin.place = Some(StoredPlace { country, asn });
+        return Ok(());
     }
     let Some(geo) = s.view.geo() else {
         return Err(bad(crate::NO_GEO.to_string()));
@@ -118,7 +117,10 @@ fn origin_of(q: &HashMap<String, String>, src: &Source) -> Result<Origin, ApiErr
     let ip = text
         .parse()
         .map_err(|_| bad(format!("exporter={text:?}: give an IP address")))?;
-    Ok(Origin { exporter: Some(ip) })
+    Ok(Origin {
+        exporter: Some(ip),
+        ..Origin::default()
+    })
 }
 
 /// `offset` and `limit` (at most [`MAX_LIMIT`]).
@@ -160,8 +162,8 @@ pub(crate) async fn flows(
 ) -> Result<Response, ApiError> {
     let src = source(&s, "flow history")?;
     let mut filter = filter_of(&q)?;
-    place_of(&s, &q, &src, &mut filter)?;
-    let origin = origin_of(&q, &src)?;
+    let mut origin = origin_of(&q, &src)?;
+    place_of(&s, &q, &src, &mut filter, &mut origin)?;
     let (offset, limit) = page_of(&q, 50)?;
     let local = s.view.local_networks().clone();
     let geo = s.view.geo().cloned();
@@ -231,8 +233,8 @@ pub(crate) async fn top(
     };
     let src = source(&s, "flow history")?;
     let mut filter = filter_of(&q)?;
-    place_of(&s, &q, &src, &mut filter)?;
-    let origin = origin_of(&q, &src)?;
+    let mut origin = origin_of(&q, &src)?;
+    place_of(&s, &q, &src, &mut filter, &mut origin)?;
     let (offset, limit) = page_of(&q, 10)?;
     let by = match q.get("sort").map_or("bytes", String::as_str) {
         "bytes" => Metric::Bytes,

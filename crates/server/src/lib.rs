@@ -886,6 +886,17 @@ pub(crate) fn geo_params(
     view: &ProbeView,
     q: &HashMap<String, String>,
 ) -> Result<(Option<sonde_geo::Country>, Option<u32>), ApiError> {
+    let (country, asn) = parse_geo_params(q)?;
+    if (country.is_some() || asn.is_some()) && view.geo().is_none() {
+        return Err(bad(NO_GEO.to_string()));
+    }
+    Ok((country, asn))
+}
+
+/// `country=` and `asn=`, checked for form only.
+pub(crate) fn parse_geo_params(
+    q: &HashMap<String, String>,
+) -> Result<(Option<sonde_geo::Country>, Option<u32>), ApiError> {
     let country = match q.get("country").map(String::as_str) {
         None | Some("") => None,
         Some(c) => Some(sonde_geo::Country::parse(c).ok_or_else(|| {
@@ -901,9 +912,6 @@ pub(crate) fn geo_params(
                 .ok_or_else(|| bad(format!("asn={a:?}: use an AS number (15169 or AS15169)")))?,
         ),
     };
-    if (country.is_some() || asn.is_some()) && view.geo().is_none() {
-        return Err(bad(NO_GEO.to_string()));
-    }
     Ok((country, asn))
 }
 

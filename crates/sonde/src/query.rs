@@ -178,10 +178,11 @@ struct Common {
     /// Only what this probe or exporter sent (with --history clickhouse://…).
     #[arg(long, value_name = "ADDR")]
     exporter: Option<std::net::IpAddr>,
-    /// Flows with either end in this country (ISO 3166 code, e.g. US); needs --geoip-dir.
+    /// Flows with either end in this country (ISO 3166 code, e.g. US); needs --geoip-dir (a
+    /// ClickHouse history selects on the places its rows were written with).
     #[arg(long, value_name = "CC")]
     country: Option<String>,
-    /// Flows with either end in this AS (15169 or AS15169); needs --geoip-dir.
+    /// Flows with either end in this AS (15169 or AS15169); needs --geoip-dir (as --country).
     #[arg(long, value_name = "ASN")]
     asn: Option<String>,
     /// At most this many rows.
@@ -310,7 +311,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                         .0
                 }
                 Source::ClickHouse(h) => h
-                    .flows(&filter, origin(&c), c.offset, c.limit)
+                    .flows(&filter, origin(&c)?, c.offset, c.limit)
                     .map_err(anyhow::Error::msg)?,
             };
             match c.format {
@@ -335,7 +336,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                         .0
                 }
                 Source::ClickHouse(h) => h
-                    .top_hosts(&filter, origin(&r.common), metric(r.sort), n)
+                    .top_hosts(&filter, origin(&r.common)?, metric(r.sort), n)
                     .map_err(anyhow::Error::msg)?,
             };
             let rows = top
@@ -359,7 +360,7 @@ pub fn run(args: impl IntoIterator<Item = std::ffi::OsString>) -> Result<()> {
                         .0
                 }
                 Source::ClickHouse(h) => h
-                    .top_apps(&filter, origin(&r.common), metric(r.sort), n)
+                    .top_apps(&filter, origin(&r.common)?, metric(r.sort), n)
                     .map_err(anyhow::Error::msg)?,
             };
             let rows = top
@@ -746,10 +747,37 @@ fn check_origin(c: &Common, source: &Source) -> Result<()> {
     Ok(())
 }
 
-fn origin(c: &Common) -> sonde_probe::Origin {
-    sonde_probe::Origin {
+/// What only the ClickHouse history filters by in SQL: the exporter, and `--country`/`--asn` on
+/// the places its rows were written with.
+fn origin(c: &Common) -> Result<sonde_probe::Origin> {
+    let (country, asn) = place_args(c)?;
+    Ok(sonde_probe::Origin {
         exporter: c.exporter,
-    }
+        place: (country.is_some() || asn.is_some())
+            .then_some(sonde_probe::StoredPlace { country, asn }),
+    })
+}
+
+/// `--country` and `--asn`, checked for form.
+fn place_args(c: &Common) -> Result<(Option<sonde_geo::Country>, Option<u32>)> {
+    let country = c
+        .country
+        .as_deref()
+        .map(|t| {
+            sonde_geo::Country::parse(t).ok_or_else(|| {
+                anyhow::anyhow!("--country '{t}': use a two-letter code (US, DE, …)")
+            })
+        })
+        .transpose()?;
+    let asn = c
+        .asn
+        .as_deref()
+        .map(|t| {
+            sonde_geo::parse_asn(t)
+                .ok_or_else(|| anyhow::anyhow!("--asn '{t}': use an AS number (15169 or AS15169)"))
+        })
+        .transpose()?;
+    Ok((country, asn))
 }
 
 fn metric(s: SortArg) -> Metric {
@@ -778,33 +806,12 @@ fn filter_of(
         .parse(now_ms, |f| format!("--{f}"))
         .map_err(anyhow::Error::msg)?;
     filter.port = c.port;
-    let country = c
-        .country
-        .as_deref()
-        .map(|t| {
-            sonde_geo::Country::parse(t).ok_or_else(|| {
-                anyhow::anyhow!("--country '{t}': use a two-letter code (US, DE, …)")
-            })
-        })
-        .transpose()?;
-    let asn = c
-        .asn
-        .as_deref()
-        .map(|t| {
-            sonde_geo::parse_asn(t)
-                .ok_or_else(|| anyhow::anyhow!("--asn '{t}': use an AS number (15169 or AS15169)"))
-        })
-        .transpose()?;
-    if country.is_some() || asn.is_some() {
+    let (country, asn) = place_args(c)?;
+    // The ClickHouse history selects on its stored places instead (see `origin`).
+    if (country.is_some() || asn.is_some()) && !matches!(source, Source::ClickHouse(_)) {
         let Some(geo) = geo else {
             bail!("--country and --asn need --geoip-dir DIR (the databases sonde runs with)");
         };
-        if matches!(source, Source::ClickHouse(_)) {
-            bail!(
-                "--country and --asn: the ClickHouse history is read with SQL, without the GeoIP \
-                 databases; they work on a --data-dir history"
-            );
-        }
         filter.place = Some(sonde_history::store::EndTest {
             what: format!("{country:?} {asn:?}"),
             test: std::sync::Arc::new(geo.place_test(country, asn)),
