@@ -6,7 +6,8 @@ started on 127.0.0.1 (scripts/cassandra-server.sh), read back with the Python dr
   reason, metadata as a map), in time-bucketed partitions of the requested width.
 * The per-minute statistics (counter tables) equal the flows' traffic per host (both ends),
   per application and per server port, minute by minute.
-* A second run into the same keyspace appends; the schema version is recorded once.
+* A second run into the same keyspace appends; the schema version is recorded once. A keyspace
+  of schema version 1 gets the places of both ends (version 2), filled with --geoip-dir.
   `sonde schema --cassandra KEYSPACE` prints the tables the sink creates; `?stats=off` writes
   flows only.
 * Cassandra killed mid-run and started again: the probe keeps running, what it could not write
@@ -61,10 +62,10 @@ def _addr(r, side):
     return r.get(f"IPV4_{side}_ADDR") or r.get(f"IPV6_{side}_ADDR")
 
 
-def _export(sonde, corpus, workdir, url, name):
+def _export(sonde, corpus, workdir, url, name, *extra):
     flows, stats = workdir / f"{name}.jsonl", workdir / f"{name}-stats.json"
     p = sonde("-r", corpus / PCAP, "--export", url, "--flows-out", flows, "--stats-json", stats,
-              *ARGS)
+              *ARGS, *extra)
     assert p.returncode == 0, p.stderr
     sink = next(s for s in json.loads(stats.read_text())["sinks"]
                 if s["name"].startswith("cassandra"))
@@ -177,10 +178,48 @@ def test_a_second_run_appends_and_records_the_schema_once(cassandra, sonde, corp
     [[count]] = _rows(cassandra, "SELECT count(*) FROM sonde_t3.flows")
     assert count == len(first) + len(second)
     assert [r.version for r in _rows(cassandra, "SELECT version FROM sonde_t3.sonde_schema")] \
-        == [1]
+        == [2]
     # Counters add up over both runs.
     [[flows]] = _rows(cassandra, "SELECT sum(flows) FROM sonde_t3.stats_1m_apps")
     assert flows == len(first) + len(second)
+
+
+def test_a_version_1_keyspace_gets_the_places_of_both_ends(cassandra, sonde, corpus, workdir):
+    """Schema version 2 added src_as, dst_as, src_country and dst_country: a keyspace a
+    version 1 sonde made gets them, and with --geoip-dir its rows hold what --flows-out says
+    (tests/system/test_geoip.py checks those against mmdblookup)."""
+    if not (corpus / PCAP).exists():
+        pytest.skip(f"{PCAP} not in the corpus")
+    geo_dir = REPO / "geoip" / "node_modules" / "@ip-location-db"
+    if not (geo_dir / "asn").is_dir():
+        pytest.fail(f"{geo_dir} has no databases: run `make geoip`")
+    url = f"cassandra://{cassandra}/sonde_t9"
+    _export(sonde, corpus, workdir, url, "t9a")
+    places = ["src_as", "dst_as", "src_country", "dst_country"]
+    # Back to version 1: its columns, its version, no rows.
+    cluster, s = _session(cassandra)
+    try:
+        for c in places:
+            s.execute(f"ALTER TABLE sonde_t9.flows DROP {c}")
+        s.execute("TRUNCATE sonde_t9.flows")
+        s.execute("DELETE FROM sonde_t9.sonde_schema WHERE version = 2")
+        s.execute("INSERT INTO sonde_t9.sonde_schema (version, applied) VALUES "
+                  "(1, toTimestamp(now()))")
+    finally:
+        cluster.shutdown()
+    records = _export(sonde, corpus, workdir, url, "t9b", "--geoip-dir", geo_dir)
+    assert sorted(r.version for r in _rows(cassandra, "SELECT version FROM sonde_t9.sonde_schema")) \
+        == [1, 2]
+    want = collections.Counter(
+        (r["FLOW_START_MILLISECONDS"], _addr(r, "SRC"), r["L4_SRC_PORT"], _addr(r, "DST"),
+         r["L4_DST_PORT"], r.get("SRC_AS", 0), r.get("DST_AS", 0), r.get("SRC_IP_COUNTRY", ""),
+         r.get("DST_IP_COUNTRY", "")) for r in records)
+    got = collections.Counter(
+        (_ms(row.time_start), row.src_addr, row.src_port, row.dst_addr, row.dst_port, row.src_as,
+         row.dst_as, row.src_country, row.dst_country)
+        for row in _rows(cassandra, "SELECT * FROM sonde_t9.flows"))
+    assert got == want, (list((want - got).items())[:3], list((got - want).items())[:3])
+    assert any(k[8] and k[6] for k in want), "the capture's servers are placed"
 
 
 def test_sonde_schema_prints_what_the_sink_creates(cassandra, sonde, corpus, workdir):

@@ -220,7 +220,16 @@ pub const FLOW_COLUMNS: &[(&str, &str)] = &[
     ("out_if", "bigint"),
     ("sampling", "bigint"),
     ("meta", "map<text, text>"),
+    // Schema version 2: where the ends are (`--geoip-dir`, or an exporter's AS numbers); 0 and
+    // '' when not known.
+    ("src_as", "bigint"),
+    ("dst_as", "bigint"),
+    ("src_country", "text"),
+    ("dst_country", "text"),
 ];
+
+/// How many of [`FLOW_COLUMNS`] schema version 1 had (version 2 added the places at the end).
+const V1_COLUMNS: usize = 25;
 
 /// A per-minute statistics table: its name, its series key columns and its counters.
 pub struct StatsTable {
@@ -273,7 +282,18 @@ const EXPORTERS: usize = 3;
 const INTERFACES: usize = 4;
 
 /// The schema version [`statements`] creates.
-pub const SCHEMA_VERSION: i32 = 1;
+pub const SCHEMA_VERSION: i32 = 2;
+
+/// What turns a keyspace of schema version `from` (1 or later) into the current one.
+pub fn migrations(ks: &str, from: i32) -> Vec<String> {
+    match from {
+        1 => FLOW_COLUMNS[V1_COLUMNS..]
+            .iter()
+            .map(|(n, t)| format!("ALTER TABLE {ks}.flows ADD {n} {t}"))
+            .collect(),
+        _ => Vec::new(),
+    }
+}
 
 /// The keyspace (SimpleStrategy, `replication` copies) and its `sonde_schema` table, which
 /// [`statements`] follow.
@@ -290,8 +310,8 @@ pub fn keyspace_statements(ks: &str, replication: u32) -> Vec<String> {
     ]
 }
 
-/// Every statement of schema version 1 after the keyspace and `sonde_schema`, in order; each can
-/// run again (IF NOT EXISTS).
+/// Every statement of the current schema after the keyspace and `sonde_schema`, in order; each
+/// can run again (IF NOT EXISTS).
 pub fn statements(ks: &str) -> Vec<String> {
     let cols: Vec<String> = FLOW_COLUMNS
         .iter()
@@ -408,11 +428,13 @@ fn ms(ns: u64) -> i64 {
     (ns / 1_000_000).min(i64::MAX as u64) as i64
 }
 
-/// The bound values of a record's row of `flows`, after the key, in [`FLOW_COLUMNS`] order.
-fn flow_values(r: &FlowRecord) -> Vec<Option<CqlValue>> {
+/// The bound values of a record's row of `flows`, after the key, in [`FLOW_COLUMNS`] order; the
+/// places of its ends from `geo` (`--geoip-dir`).
+fn flow_values(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>) -> Vec<Option<CqlValue>> {
     let f = &r.flow;
     let (c, s) = (f.client_dir(), 1 - f.client_dir());
     let (ca, sa, cp, sp) = ends(r);
+    let places = sonde_export::places(r, geo);
     let big = |n: u64| Some(CqlValue::BigInt(n.min(i64::MAX as u64) as i64));
     let int = |n: u32| Some(CqlValue::Int(n as i32));
     let text = |t: &str| Some(CqlValue::Text(t.to_string()));
@@ -456,6 +478,10 @@ fn flow_values(r: &FlowRecord) -> Vec<Option<CqlValue>> {
         big(f.out_if.into()),
         big(f.sampling.into()),
         Some(CqlValue::Map(meta)),
+        big(places.src_as.into()),
+        big(places.dst_as.into()),
+        text(places.src_country.as_ref().map_or("", |c| c.as_str())),
+        text(places.dst_country.as_ref().map_or("", |c| c.as_str())),
     ]
 }
 
@@ -505,6 +531,8 @@ pub struct CassandraSink {
     backoff: Duration,
     /// When statistics were last sent.
     stats_sent: Instant,
+    /// `--geoip-dir`: the countries and AS numbers of both ends.
+    geo: Option<Arc<sonde_geo::GeoDb>>,
 }
 
 /// A random number (no extra crate: std's hasher is randomly keyed per process).
@@ -586,7 +614,12 @@ impl CassandraSink {
                 ));
             }
             if current < SCHEMA_VERSION {
-                for st in statements(&ks) {
+                let todo = if current == 0 {
+                    statements(&ks)
+                } else {
+                    migrations(&ks, current)
+                };
+                for st in todo {
                     run(st).await.map_err(|e| fail("schema", e.to_string()))?;
                 }
                 run(format!(
@@ -633,7 +666,14 @@ impl CassandraSink {
             retry_at: None,
             backoff: FIRST_RETRY,
             stats_sent: Instant::now(),
+            geo: None,
         })
+    }
+
+    /// Rows carry the countries and AS numbers of both ends (`--geoip-dir`).
+    pub fn with_geo(mut self, geo: Option<Arc<sonde_geo::GeoDb>>) -> CassandraSink {
+        self.geo = geo;
+        self
     }
 
     /// A record: its row, and its traffic added to the statistics of its start minute.
@@ -650,7 +690,7 @@ impl CassandraSink {
         values.push(Some(CqlValue::Int(shard)));
         values.push(Some(CqlValue::Timestamp(CqlTimestamp(start))));
         values.push(Some(CqlValue::BigInt(id)));
-        values.extend(flow_values(r));
+        values.extend(flow_values(r, self.geo.as_deref()));
         self.rows.push(FlowRow {
             partition: (bucket, shard),
             values,
@@ -1022,5 +1062,34 @@ mod tests {
             assert_eq!(u.matches('?').count(), t.counters.len() + t.keys.len() + 2);
             assert!(t.counters.len() <= 5);
         }
+    }
+
+    #[test]
+    fn version_1_gets_the_places_and_rows_bind_every_column() {
+        assert_eq!(FLOW_COLUMNS[V1_COLUMNS - 1].0, "meta");
+        assert_eq!(
+            migrations("ks", 1),
+            [
+                "ALTER TABLE ks.flows ADD src_as bigint",
+                "ALTER TABLE ks.flows ADD dst_as bigint",
+                "ALTER TABLE ks.flows ADD src_country text",
+                "ALTER TABLE ks.flows ADD dst_country text",
+            ]
+        );
+        assert!(migrations("ks", SCHEMA_VERSION).is_empty());
+        let mut r = FlowRecord {
+            flow: sonde_flow::Flow::default(),
+            reason: sonde_flow::EndReason::IdleTimeout,
+            meta: Some(Box::new(sonde_dpi::Meta {
+                dst_as: 64500,
+                ..Default::default()
+            })),
+            exporter: None,
+        };
+        r.flow.key.ip_version = 4;
+        let v = flow_values(&r, None);
+        assert_eq!(v.len(), FLOW_COLUMNS.len());
+        assert_eq!(v[V1_COLUMNS + 1], Some(CqlValue::BigInt(64500)));
+        assert_eq!(v[V1_COLUMNS + 3], Some(CqlValue::Text(String::new())));
     }
 }

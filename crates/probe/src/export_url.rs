@@ -80,7 +80,7 @@ impl ExportSpec {
     }
 
     /// Records carry the places of `geo` (`--geoip-dir`): AS numbers in NetFlow/IPFIX (where no
-    /// exporter gave them), AS numbers and countries in Kafka and ClickHouse.
+    /// exporter gave them), AS numbers and countries in Kafka, ClickHouse and Cassandra.
     pub fn with_geo(mut self, geo: Option<Arc<sonde_geo::GeoDb>>) -> ExportSpec {
         self.geo = geo;
         self
@@ -105,7 +105,8 @@ impl ExportSpec {
                     .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
             Target::Cassandra(t) => Arc::new(move || {
-                CassandraSink::connect(t.clone()).map(|s| Box::new(s) as Box<dyn RecordSink>)
+                CassandraSink::connect(t.clone())
+                    .map(|s| Box::new(s.with_geo(geo.clone())) as Box<dyn RecordSink>)
             }),
         };
         SinkPlan { kind, queue, make }
