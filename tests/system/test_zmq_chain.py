@@ -7,12 +7,14 @@ from __future__ import annotations
 
 import collections
 import json
+import shutil
 import signal
 import socket
 import struct
 import subprocess
 import time
 import zlib
+from pathlib import Path
 
 import pytest
 
@@ -367,3 +369,159 @@ def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
             ("198.51.100.1", 40000 + i, 443, 6)
         assert (r["IN_BYTES"], r["IN_PKTS"], r["OUT_BYTES"], r["OUT_PKTS"]) == (1000 * i, i, 500 * i, i)
         assert r["L7_PROTO_NAME"] == "TLS"
+
+
+@pytest.fixture(scope="module")
+def ndpi_tlv(tmp_path_factory) -> Path:
+    """tests/system/ndpi_tlv.c built against Debian's libndpi: nDPI's own TLV serializer and
+    deserializer, the oracle for sonde's."""
+    cc = shutil.which("cc") or shutil.which("gcc")
+    if not cc:
+        pytest.fail("a C compiler is needed to build tests/system/ndpi_tlv.c")
+    out = tmp_path_factory.mktemp("ndpi_tlv") / "ndpi_tlv"
+    p = subprocess.run([cc, "-O1", str(REPO / "tests" / "system" / "ndpi_tlv.c"), "-o", str(out),
+                        "-lndpi"], capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, f"{p.stderr} (libndpi-dev comes with scripts/setup.sh)"
+    return out
+
+
+def _tlv_header(version_or_flags: int, msg_id: int, wide: bool, sizes=(0, 0)) -> bytes:
+    """ntopng's 24-byte header with version 3 (TLV), or its 36-byte one with these flags."""
+    if not wide:
+        return struct.pack("<16sBBH", b"flow", version_or_flags, 5, 0) + struct.pack(">I", msg_id)
+    return (struct.pack("<16sBBxxII", b"flow", 4, version_or_flags, *sizes)
+            + struct.pack(">II", msg_id, 5))
+
+
+def test_collects_flows_libndpi_serialized_as_tlv(sonde_bin, workdir, ndpi_tlv):
+    """nProbe's TLV ZMQ format, made by libndpi's serializer itself: IPv4 addresses as numbers
+    (as nProbe sends them), IPv6 ones as text, counters of every width, a string key; in the
+    24-byte header (version 3) and the 36-byte one (TLV flag, plain and zlib). sonde collects
+    every flow with its addresses, ports and counters."""
+    zmq = _zmq()
+
+    def items(i: int, v6: bool = False) -> str:
+        lines = [f"n 27 s 2001:db8::{i}", "n 28 s 2001:db8::ff"] if v6 else [
+            f"n 8 u {int.from_bytes(bytes([192, 0, 2, i]), 'big')}",
+            f"n 12 u {int.from_bytes(bytes([198, 51, 100, 1]), 'big')}"]
+        lines += [f"n 7 u {40000 + i}", "n 11 u 443", "n 4 u 6", f"n 1 u {5_000_000_000 * i}",
+                  f"n 2 u {4_000_000 * i}", f"n 23 u {300 * i}", f"n 24 u {i}", "n 6 u 24",
+                  f"n 152 u {1700000000000 + i}", f"n 153 u {1700000001000 + i}",
+                  "n 57591 s TLS", "s VENDOR_NOTE s hello"]
+        return "\n".join(lines) + "\ne\n"
+
+    def tlv(*records: str) -> bytes:
+        p = subprocess.run([str(ndpi_tlv), "encode"], input="".join(records).encode(),
+                           capture_output=True, timeout=30)
+        assert p.returncode == 0, p.stderr
+        return p.stdout
+
+    port = _free_tcp_port()
+    ctx = zmq.Context()
+    pub = ctx.socket(zmq.XPUB)
+    pub.bind(f"tcp://127.0.0.1:{port}")
+    flows_out, stats_out = workdir / "tlv-up.jsonl", workdir / "tlv-up.json"
+    up = subprocess.Popen(
+        [str(sonde_bin), "--collect", f"zmq+tcp://127.0.0.1:{port}?format=ntopng",
+         "--duration", "60", "--flows-out", str(flows_out), "--stats-json", str(stats_out),
+         "--idle-timeout", "100000", "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        pub.setsockopt(zmq.RCVTIMEO, 15000)
+        assert pub.recv()[:1] == b"\x01", "sonde did not subscribe"
+        two = tlv(items(1), items(2))
+        pub.send_multipart([_tlv_header(3, 1, False), two])
+        three = tlv(items(3))
+        pub.send_multipart([_tlv_header(2, 2, True, (len(three), len(three))), three])
+        four = tlv(items(4, v6=True))
+        z = zlib.compress(four)
+        pub.send_multipart([_tlv_header(2 | 4, 3, True, (len(four), len(z))), z])
+        pub.send_multipart([_tlv_header(3, 4, False), two[:-3]])  # cut inside an item
+        time.sleep(1.5)
+        up.send_signal(signal.SIGINT)
+        _, err = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+        ctx.destroy(linger=0)
+    assert up.returncode == 0, err
+    c = json.loads(stats_out.read_text())["collected"]
+    assert (c["decoded"], c["errors"], c["suspect"]) == (4, 1, 0), c
+    assert "TLV payload" in err and "damaged" in err, err
+    got = {r.get("IPV4_SRC_ADDR") or r.get("IPV6_SRC_ADDR"): r
+           for r in oracle.load_jsonl(str(flows_out))}
+    assert sorted(got) == ["192.0.2.1", "192.0.2.2", "192.0.2.3", "2001:db8::4"]
+    for i, src in enumerate(["192.0.2.1", "192.0.2.2", "192.0.2.3", "2001:db8::4"], start=1):
+        r = got[src]
+        assert (r.get("IPV4_DST_ADDR") or r.get("IPV6_DST_ADDR")) == \
+            ("2001:db8::ff" if i == 4 else "198.51.100.1")
+        assert (r["L4_SRC_PORT"], r["L4_DST_PORT"], r["PROTOCOL"]) == (40000 + i, 443, 6)
+        assert (r["IN_BYTES"], r["IN_PKTS"], r["OUT_BYTES"], r["OUT_PKTS"]) == \
+            (5_000_000_000 * i, 4_000_000 * i, 300 * i, i)
+        assert r["FLOW_START_MILLISECONDS"] == 1700000000000 + i
+        assert r["L7_PROTO_NAME"] == "TLS"
+
+
+@pytest.mark.parametrize("options", ["header=v1", "header=v4&compress=zlib"])
+def test_libndpi_reads_sondes_tlv(options, sonde_bin, corpus, workdir, ndpi_tlv):
+    """`--zmq-export …?format=ntopng&payload=tlv`: every message's header says TLV (version 3,
+    or the 36-byte header's TLV flag) and libndpi's deserializer reads its payload into the
+    records sonde wrote to --flows-out (one per flow, nProbe's numeric keys)."""
+    zmq = _zmq()
+    port = _free_tcp_port()
+    ctx = zmq.Context()
+    sub = ctx.socket(zmq.SUB)
+    sub.setsockopt(zmq.SUBSCRIBE, b"flow")
+    sub.setsockopt(zmq.RCVTIMEO, 500)
+    sub.connect(f"tcp://127.0.0.1:{port}")
+    flows_out = workdir / "tlv-low.jsonl"
+    low = subprocess.Popen(
+        [str(sonde_bin), "-r", str(corpus / "1kxun.pcap"), "--zmq-export",
+         f"tcp://127.0.0.1:{port}?format=ntopng&payload=tlv&wait=10&{options}",
+         "--flows-out", str(flows_out), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    messages = []
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            messages.append(sub.recv_multipart())
+        except zmq.Again:
+            if low.poll() is not None:
+                break
+    _, err = low.communicate(timeout=60)
+    assert low.returncode == 0, err
+    while True:
+        try:
+            messages.append(sub.recv_multipart())
+        except zmq.Again:
+            break
+    ctx.destroy(linger=0)
+    records = []
+    for h, payload in messages:
+        if len(h) == 24:
+            assert h[16] == 3, "version 3: TLV"
+        else:
+            assert len(h) == 36 and (h[16], h[17]) == (4, 2 | 4), "TLV and compressed flags"
+            payload = zlib.decompress(payload)
+        p = subprocess.run([str(ndpi_tlv), "decode"], input=payload, capture_output=True,
+                           timeout=30)
+        assert p.returncode == 0, p.stderr
+        record = {}
+        for line in p.stdout.decode().splitlines():
+            if line == "EOR":
+                records.append(record)
+                record = {}
+            else:
+                k, v = line.split("\t", 1)
+                record[k] = v
+        assert record == {}, "every record ends with an end of record"
+    exported = oracle.load_jsonl(str(flows_out))
+    assert len(records) == len(exported) > 0
+    assert sum(int(r["1"]) + int(r["23"]) for r in records) == \
+        sum(int(e["IN_BYTES"]) + int(e["OUT_BYTES"]) for e in exported)
+    want = collections.Counter((e.get("IPV4_SRC_ADDR") or e.get("IPV6_SRC_ADDR"),
+                                str(e["L4_SRC_PORT"]), str(e["IN_PKTS"]),
+                                e.get("L7_PROTO_NAME")) for e in exported)
+    got = collections.Counter((r.get("8") or r.get("27"), r["7"], r["2"], r.get("57591"))
+                              for r in records)
+    assert got == want

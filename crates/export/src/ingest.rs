@@ -32,9 +32,21 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
             _ => 0,
         }
     };
-    let (src, dst) = match (text("IPV4_SRC_ADDR"), text("IPV4_DST_ADDR")) {
+    // An IPv4 address as text, or as the number nDPI's TLV serializer carries it.
+    let v4 = |k: &str| -> Option<String> {
+        match o.get(k) {
+            Some(Value::String(s)) => Some(s.clone()),
+            Some(Value::Number(n)) => n
+                .as_u64()
+                .and_then(|n| u32::try_from(n).ok())
+                .map(|n| std::net::Ipv4Addr::from(n).to_string()),
+            _ => None,
+        }
+    };
+    let v6 = |k: &str| text(k).map(str::to_string);
+    let (src, dst) = match (v4("IPV4_SRC_ADDR"), v4("IPV4_DST_ADDR")) {
         (Some(s), Some(d)) => (s, d),
-        _ => match (text("IPV6_SRC_ADDR"), text("IPV6_DST_ADDR")) {
+        _ => match (v6("IPV6_SRC_ADDR"), v6("IPV6_DST_ADDR")) {
             (Some(s), Some(d)) => (s, d),
             _ => {
                 return Err(IngestError(
@@ -47,7 +59,7 @@ pub fn flow_from_json(o: &Map<String, Value>) -> Result<CollectedFlow, IngestErr
         a.parse()
             .map_err(|_| IngestError(format!("'{a}' is not an IP address")))
     };
-    let (src, dst) = (parse(src)?, parse(dst)?);
+    let (src, dst) = (parse(&src)?, parse(&dst)?);
     let mut c = CollectedFlow {
         ip_version: if src.is_ipv4() { 4 } else { 6 },
         sport: num("L4_SRC_PORT") as u16,
@@ -210,6 +222,22 @@ pub fn flows_from_ntopng_json(json: &[u8]) -> NtopngFlows {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn ipv4_addresses_as_numbers_are_read_as_nprobes_tlv_sends_them() {
+        let o = serde_json::json!({"IPV4_SRC_ADDR": 167772169u32, "IPV4_DST_ADDR": "10.0.0.1",
+                                   "PROTOCOL": 6});
+        let f = flow_from_json(o.as_object().unwrap()).unwrap();
+        assert_eq!(
+            (&f.src[..4], &f.dst[..4]),
+            (&[10, 0, 0, 9][..], &[10, 0, 0, 1][..])
+        );
+        let o = serde_json::json!({"IPV4_SRC_ADDR": 1u64 << 32, "IPV4_DST_ADDR": 1});
+        assert!(
+            flow_from_json(o.as_object().unwrap()).is_err(),
+            "not a 32-bit number"
+        );
+    }
 
     #[test]
     fn reads_nprobe_keys_and_keeps_unknown_ones() {

@@ -12,6 +12,7 @@ pub mod ingest;
 pub mod ntopng;
 pub mod proto;
 pub mod schema;
+pub mod tlv;
 
 use sonde_dpi::meta::Value;
 use sonde_flow::{Flow, FlowRecord, Host};

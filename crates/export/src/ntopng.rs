@@ -94,35 +94,43 @@ fn put_topic(out: &mut [u8], topic: &str) {
     out[..n].copy_from_slice(&t[..n]);
 }
 
-/// Encodes a header for a JSON payload of `uncompressed` bytes sent as `wire` bytes.
+/// What a payload is, for its header: JSON or TLV (nDPI's serializer), compressed or not.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PayloadKind {
+    pub tlv: bool,
+    pub compressed: bool,
+}
+
+/// Encodes a header for a payload of `uncompressed` bytes sent as `wire` bytes.
 pub fn encode_header(
     layout: Layout,
     topic: &str,
     msg_id: u32,
     source_id: u32,
-    compressed: bool,
+    kind: PayloadKind,
     uncompressed: usize,
     wire: usize,
 ) -> Vec<u8> {
+    let version = if kind.tlv { VERSION_TLV } else { VERSION_JSON };
     let mut h = vec![0u8; layout.size()];
     match layout {
         Layout::V0 => {
             let t = topic.as_bytes();
             let n = t.len().min(31);
             h[..n].copy_from_slice(&t[..n]);
-            h[32..36].copy_from_slice(&(VERSION_JSON as u32).to_le_bytes());
+            h[32..36].copy_from_slice(&(version as u32).to_le_bytes());
             h[36..40].copy_from_slice(&(wire.min(u32::MAX as usize) as u32).to_le_bytes());
         }
         Layout::V1 => {
             put_topic(&mut h, topic);
-            h[16] = VERSION_JSON;
+            h[16] = version;
             h[17] = source_id as u8;
             h[18..20].copy_from_slice(&(wire.min(u16::MAX as usize) as u16).to_le_bytes());
             h[20..24].copy_from_slice(&msg_id.to_be_bytes());
         }
         Layout::V2 => {
             put_topic(&mut h, topic);
-            h[16] = VERSION_JSON;
+            h[16] = version;
             h[18..20].copy_from_slice(&(wire.min(u16::MAX as usize) as u16).to_le_bytes());
             h[20..24].copy_from_slice(&msg_id.to_be_bytes());
             h[24..28].copy_from_slice(&source_id.to_le_bytes());
@@ -130,7 +138,11 @@ pub fn encode_header(
         Layout::V4 => {
             put_topic(&mut h, topic);
             h[16] = VERSION_4;
-            h[17] = if compressed { V4_FLAG_COMPRESSED } else { 0 };
+            h[17] = if kind.compressed {
+                V4_FLAG_COMPRESSED
+            } else {
+                0
+            } | if kind.tlv { V4_FLAG_TLV } else { 0 };
             let size = |n: usize| (n.min(u32::MAX as usize) as u32).to_le_bytes();
             h[20..24].copy_from_slice(&size(uncompressed));
             h[24..28].copy_from_slice(&size(wire));
@@ -228,24 +240,41 @@ pub fn compress(json: &[u8], layout: Layout) -> Vec<u8> {
     z.finish().expect("writing to memory")
 }
 
+/// Flow records one TLV payload may hold.
+pub const MAX_TLV_RECORDS: usize = 100_000;
+
 /// The JSON of a payload part: decompressed when the header or the payload says it is
-/// compressed (up to `max` bytes: a larger result is an error, not an allocation).
+/// compressed (up to `max` bytes: a larger result is an error, not an allocation); a TLV
+/// payload (nDPI's serializer, [`crate::tlv`]) read into the JSON array its records make.
 pub fn payload_json<'a>(
     h: &Header,
     payload: &'a [u8],
     max: usize,
 ) -> Result<std::borrow::Cow<'a, [u8]>, String> {
-    if h.is_tlv() {
-        return Err(
-            "the payload is TLV (nDPI's serializer), which sonde does not read: have the \
-             producer send JSON (for nProbe, JSON rather than TLV ZMQ format)"
-                .into(),
-        );
-    }
+    // ntopng reads a version 3 (TLV) payload of the short headers as it comes: no zlib
+    // marker there; the 36-byte header's flags say both.
     let zlib = match h.layout {
         Layout::V4 => h.flags & V4_FLAG_COMPRESSED != 0,
-        _ => payload.first() == Some(&0),
+        _ => !h.is_tlv() && payload.first() == Some(&0),
     };
+    let bytes = unzip(payload, zlib, max)?;
+    if !h.is_tlv() {
+        return Ok(bytes);
+    }
+    let records = crate::tlv::decode(&bytes, MAX_TLV_RECORDS)
+        .map_err(|e| format!("the TLV payload (nDPI's serializer) is damaged: {e}"))?;
+    let json = serde_json::to_vec(&records).map_err(|e| e.to_string())?;
+    if json.len() > max {
+        return Err(format!(
+            "the TLV payload makes more than {max} bytes of flows, the collector's limit: have \
+             the producer send smaller batches"
+        ));
+    }
+    Ok(std::borrow::Cow::Owned(json))
+}
+
+/// `payload`, or the zlib stream in it inflated (up to `max` bytes).
+fn unzip(payload: &[u8], zlib: bool, max: usize) -> Result<std::borrow::Cow<'_, [u8]>, String> {
     if !zlib {
         return Ok(std::borrow::Cow::Borrowed(payload));
     }
@@ -310,6 +339,7 @@ pub fn to_label_keys(o: Map<String, Value>) -> (Map<String, Value>, usize) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use serde_json::json;
 
     /// The 24-byte header, written out by hand from the layout in docs/zmq-interop.md.
     const V1_FLOW: [u8; 24] = [
@@ -335,19 +365,96 @@ mod tests {
     #[test]
     fn encodes_the_documented_bytes() {
         assert_eq!(
-            encode_header(Layout::V1, "flow", 258, 7, false, 0x1234, 0x1234),
+            encode_header(
+                Layout::V1,
+                "flow",
+                258,
+                7,
+                PayloadKind::default(),
+                0x1234,
+                0x1234
+            ),
             V1_FLOW
         );
         assert_eq!(
-            encode_header(Layout::V4, "flow", 9, 3, true, 1000, 300),
+            encode_header(
+                Layout::V4,
+                "flow",
+                9,
+                3,
+                PayloadKind {
+                    tlv: false,
+                    compressed: true
+                },
+                1000,
+                300
+            ),
             V4_FLOW
         );
         // The size field of the 24-byte header saturates (ntopng does not read it).
-        let h = encode_header(Layout::V1, "flow", 1, 0, false, 100_000, 100_000);
+        let h = encode_header(
+            Layout::V1,
+            "flow",
+            1,
+            0,
+            PayloadKind::default(),
+            100_000,
+            100_000,
+        );
         assert_eq!(&h[18..20], &[0xff, 0xff]);
+        // TLV: version 3 in the short layouts, the TLV flag in the 36-byte one; each reads back.
+        let tlv = PayloadKind {
+            tlv: true,
+            compressed: false,
+        };
+        for layout in [Layout::V0, Layout::V1, Layout::V2, Layout::V4] {
+            let h = decode_header(&encode_header(layout, "flow", 5, 1, tlv, 10, 10)).unwrap();
+            assert!(h.is_tlv() && h.is_flow(), "{layout:?}");
+        }
         // A topic is cut to 15 bytes and stays NUL-terminated.
-        let h = encode_header(Layout::V1, "a-very-long-topic-name", 1, 0, false, 0, 0);
+        let h = encode_header(
+            Layout::V1,
+            "a-very-long-topic-name",
+            1,
+            0,
+            PayloadKind::default(),
+            0,
+            0,
+        );
         assert_eq!(&h[..16], b"a-very-long-top\0");
+    }
+
+    #[test]
+    fn tlv_payloads_read_as_the_json_of_their_records() {
+        let mut tlv = crate::tlv::HEADER.to_vec();
+        for o in [
+            json!({"8": 167772161u32, "1": 1200, "57591": "TLS"}),
+            json!({"8": 1}),
+        ] {
+            crate::tlv::encode_record(o.as_object().unwrap(), &mut tlv);
+        }
+        let want = json!([{"1": 1200, "57591": "TLS", "8": 167772161u32}, {"8": 1}]);
+        let kind = PayloadKind {
+            tlv: true,
+            compressed: false,
+        };
+        let h = decode_header(&encode_header(Layout::V1, "flow", 1, 0, kind, 0, 0)).unwrap();
+        let got = payload_json(&h, &tlv, 1 << 20).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), want);
+        // The 36-byte header: TLV and compressed.
+        let kind = PayloadKind {
+            tlv: true,
+            compressed: true,
+        };
+        let h = decode_header(&encode_header(Layout::V4, "flow", 1, 0, kind, 0, 0)).unwrap();
+        let zipped = compress(&tlv, Layout::V4);
+        let got = payload_json(&h, &zipped, 1 << 20).unwrap();
+        assert_eq!(serde_json::from_slice::<Value>(&got).unwrap(), want);
+        // Damaged, or larger than the cap once read.
+        let e = payload_json(&h, &compress(&tlv[..9], Layout::V4), 1 << 20).unwrap_err();
+        assert!(e.contains("TLV payload") && e.contains("damaged"), "{e}");
+        let e = payload_json(&h, &zipped, 30).unwrap_err();
+        assert!(e.contains("more than 30 bytes"), "{e}");
     }
 
     #[test]

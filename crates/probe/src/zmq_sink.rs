@@ -42,6 +42,8 @@ struct NtopngOptions {
     /// bind, as nProbe's `--zmq tcp://*:PORT` does, for ntopng to connect to.
     connect: bool,
     compress: bool,
+    /// `payload=tlv`: nDPI's TLV serializer instead of JSON (nProbe's TLV ZMQ format).
+    tlv: bool,
     /// nProbe's numeric keys (its default); `keys=labels` writes the names, as nProbe's
     /// `--json-labels` does.
     numeric: bool,
@@ -67,8 +69,8 @@ struct Ntopng {
 use sonde_export::ntopng;
 
 const USAGE: &str = "the options are curve=PUBLIC_KEY_FILE, when_full, queue, and with \
-    format=ntopng: mode=probe, compress=zlib, keys=ids|labels, header=v1|v4, source_id=N, \
-    wait=SECONDS";
+    format=ntopng: mode=probe, compress=zlib, payload=json|tlv, keys=ids|labels, header=v1|v4, \
+    source_id=N, wait=SECONDS";
 
 impl ZmqSink {
     /// Connects to `tcp://HOST:PORT` (PUSH, sonde's JSON arrays), or with `format=ntopng`
@@ -143,6 +145,7 @@ impl ZmqSink {
         let mut n = NtopngOptions {
             connect: false,
             compress: false,
+            tlv: false,
             numeric: true,
             layout: ntopng::Layout::V1,
             source_id: 0,
@@ -173,6 +176,16 @@ impl ZmqSink {
                         "zlib" => true,
                         "none" => false,
                         _ => return Err(bad(pair, "use compress=zlib or compress=none")),
+                    }
+                }
+                "payload" => {
+                    ntopng_only.push(pair);
+                    n.tlv = match v {
+                        "tlv" => true,
+                        "json" => false,
+                        _ => {
+                            return Err(bad(pair, "use payload=json (the default) or payload=tlv"))
+                        }
                     }
                 }
                 "keys" => {
@@ -221,6 +234,13 @@ impl ZmqSink {
                 ));
             }
         }
+        if n.tlv && n.compress && n.layout != ntopng::Layout::V4 {
+            return Err(format!(
+                "--zmq-export {url}: ntopng reads a TLV payload of the 24-byte header as it \
+                 comes, never inflated: drop compress=zlib, or add header=v4 (whose flags say \
+                 both)"
+            ));
+        }
         if n.layout == ntopng::Layout::V1 && n.source_id > 255 {
             return Err(format!(
                 "--zmq-export {url}: source_id={} does not fit the 24-byte header's one byte: \
@@ -255,6 +275,7 @@ impl ZmqSink {
         "format",
         "mode",
         "compress",
+        "payload",
         "keys",
         "header",
         "source_id",
@@ -287,19 +308,24 @@ impl ZmqSink {
         } else {
             json
         };
+        let body = if n.opts.tlv { tlv_of(&json)? } else { json };
         let payload = if n.opts.compress {
-            ntopng::compress(&json, n.opts.layout)
+            ntopng::compress(&body, n.opts.layout)
         } else {
-            json.clone()
+            body.clone()
         };
         n.msg_id = n.msg_id.wrapping_add(1).max(1);
+        let kind = ntopng::PayloadKind {
+            tlv: n.opts.tlv,
+            compressed: n.opts.compress,
+        };
         let header = ntopng::encode_header(
             n.opts.layout,
             "flow",
             n.msg_id,
             n.opts.source_id,
-            n.opts.compress,
-            json.len(),
+            kind,
+            body.len(),
             payload.len(),
         );
         // Slices, copied by libzmq (see `write`).
@@ -336,6 +362,18 @@ fn hear(socket: &zmq::Socket, topics: &mut Vec<Vec<u8>>, timeout_ms: i64) {
             Err(_) => break,
         }
     }
+}
+
+/// A JSON array of flow objects as one TLV buffer (nDPI's serializer): a record each.
+fn tlv_of(json: &[u8]) -> io::Result<Vec<u8>> {
+    let items: Vec<serde_json::Map<String, serde_json::Value>> =
+        serde_json::from_slice(json).map_err(io::Error::other)?;
+    let mut out = Vec::with_capacity(json.len() / 2 + 2);
+    out.extend_from_slice(&sonde_export::tlv::HEADER);
+    for o in &items {
+        sonde_export::tlv::encode_record(o, &mut out);
+    }
+    Ok(out)
 }
 
 /// A JSON array of flow objects with nProbe's numeric keys.
@@ -428,12 +466,21 @@ mod tests {
         assert!(n.connect && n.compress && !n.numeric);
         assert_eq!((n.layout, n.source_id), (ntopng::Layout::V4, 300));
         assert_eq!(n.wait, std::time::Duration::from_millis(2500));
+        assert!(!n.tlv);
+        let o = ZmqSink::options("tcp://h:1?format=ntopng&payload=tlv&compress=zlib&header=v4");
+        assert!(o.unwrap().ntopng.unwrap().tlv);
         for (url, says) in [
             ("tcp://h:1?compress=zlib", "add format=ntopng"),
             ("tcp://h:1?format=ntopng&source_id=256", "header=v4"),
             ("tcp://h:1?format=ntopng&compress=lz4", "compress=zlib"),
             ("tcp://h:1?format=ntopng&header=v3", "header=v1"),
             ("tcp://h:1?format=xml", "format=ntopng"),
+            ("tcp://h:1?format=ntopng&payload=xml", "payload=tlv"),
+            ("tcp://h:1?payload=tlv", "add format=ntopng"),
+            (
+                "tcp://h:1?format=ntopng&payload=tlv&compress=zlib",
+                "header=v4",
+            ),
             ("tcp://h:1?colour=red", "unknown option"),
         ] {
             let e = ZmqSink::options(url).unwrap_err();

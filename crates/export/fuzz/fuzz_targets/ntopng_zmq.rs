@@ -1,7 +1,8 @@
 //! Fuzzes the ntopng-format ZMQ ingest behind `--collect zmq+tcp://…?format=ntopng` (what nProbe
 //! and ntopng send): a two-part message, header and payload, through `decode_header` (the four
-//! header layouts), `payload_json` (zlib, with the collector's size cap) and
-//! `flows_from_ntopng_json` (numeric nProbe keys turned into labels), then the suspect-record
+//! header layouts), `payload_json` (zlib, with the collector's size cap; TLV payloads read as
+//! nDPI's serializer writes them) and `flows_from_ntopng_json` (numeric nProbe keys turned
+//! into labels), then the suspect-record
 //! check. The first byte is the header's length, the rest split there. Nothing may panic, and
 //! nothing may decompress past the cap.
 #![no_main]
