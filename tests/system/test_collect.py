@@ -289,6 +289,49 @@ def test_sflow_samples_scaled(sonde_bin, workdir):
     assert all(int(r["SAMPLING_INTERVAL"]) == rates[0] for r in records)
 
 
+def _sflow_gateways(pcap) -> list:
+    """(source AS, destination AS) of every extended gateway record, read from tshark's
+    dissection: the destination is the last entry of the AS path (tshark lists the
+    communities after the path's entries under the same label, so the path's own count says
+    where it ends; an empty path has none)."""
+    text = oracle.tshark(["-r", str(pcap), "-V"])
+    out, src, left, last, in_gateway = [], None, 0, 0, False
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("Format: Extended gateway data"):
+            if in_gateway:
+                out.append((src, last))
+            in_gateway, src, left, last = True, None, 0, 0
+        elif in_gateway and line.startswith("AS Source:"):
+            src = int(line.split(":")[1])
+        elif in_gateway and re.match(r"AS (Sequence|Set), \((\d+) entr", line):
+            left = int(re.match(r"AS (Sequence|Set), \((\d+) entr", line).group(2))
+        elif in_gateway and line.startswith("AS Destination:") and left > 0:
+            last, left = int(line.split(":")[1]), left - 1
+        elif in_gateway and line.startswith("Format:"):
+            out.append((src, last))
+            in_gateway = False
+    if in_gateway:
+        out.append((src, last))
+    return out
+
+
+def test_sflow_gateway_as_numbers_are_kept(sonde_bin, workdir):
+    """sFlow's extended gateway record (0:1003) gives the sampled packet's source AS and,
+    last on its AS path, the destination's: the flow records carry them as SRC_AS/DST_AS, as
+    tshark reads them (each pair in either order: a record is oriented client to server)."""
+    flowproto = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "flowproto"
+    pcap = flowproto / "akvorado_sflow_data-1140.pcap"
+    want = _sflow_gateways(pcap)
+    assert len(want) == 2 and any(d for _, d in want) and any(s for s, _ in want), want
+    col = Collector(sonde_bin, workdir, seconds=3)
+    _replay([pcap], col.port)
+    records, _ = col.result()
+    got = [tuple(sorted((int(r.get("SRC_AS", 0)), int(r.get("DST_AS", 0))))) for r in records
+           if r.get("SRC_AS") or r.get("DST_AS")]
+    assert collections.Counter(got) == collections.Counter(tuple(sorted(w)) for w in want)
+
+
 def test_sflow_interface_counters_in_stats(sonde_bin, workdir):
     """The latest sFlow generic interface counters per ifIndex reach the stats output."""
     pcap = Path(oracle.__file__).resolve().parents[2].parent / "shared" / "corpus" / "ndpi" / "sflow.pcap"

@@ -131,6 +131,10 @@ pub struct SampledPacket {
     pub sampling: u32,
     pub in_if: u32,
     pub out_if: u32,
+    /// The packet's source and destination AS numbers from the sample's extended gateway
+    /// record (0: not given).
+    pub src_as: u32,
+    pub dst_as: u32,
 }
 
 /// A flow as sonde exports it: client → server is the forward direction.

@@ -189,6 +189,9 @@ impl Engine {
         f.in_if = s.in_if;
         f.out_if = s.out_if;
         f.sampling = rate as u32;
+        if s.src_as != 0 || s.dst_as != 0 {
+            self.keep_as_numbers(slot, dir, s.src_as, s.dst_as);
+        }
         if now_ns > self.now_ns {
             self.now_ns = now_ns;
         }
@@ -198,6 +201,28 @@ impl Engine {
         }
         self.stats.collected_packets += rate;
         self.stats.collected_bytes += d.ip_len as u64 * rate;
+    }
+
+    /// Keeps the AS numbers a sample gave for its packet's source and destination, as the
+    /// flow's client's (`SRC_AS`) and server's (`DST_AS`).
+    fn keep_as_numbers(&mut self, slot: u32, dir: usize, src_as: u32, dst_as: u32) {
+        let i = slot as usize;
+        let src_is_client = self.flows[i].client_dir() == dir;
+        if self.dpi_meta.len() <= i {
+            self.dpi_meta.resize_with(i + 1, || None);
+        }
+        let meta = self.dpi_meta[i].get_or_insert_with(Box::default);
+        let (client, server) = if src_is_client {
+            (src_as, dst_as)
+        } else {
+            (dst_as, src_as)
+        };
+        if client != 0 {
+            meta.src_as = client;
+        }
+        if server != 0 {
+            meta.dst_as = server;
+        }
     }
 
     /// Keeps a collected record's metadata fields and uninterpreted fields with its flow

@@ -749,3 +749,34 @@ fn without_local_networks_nothing_is_classified() {
     assert_eq!(e.stats().directions, DirectionCounts::default());
     assert!(e.hosts().iter().all(|h| h.local.is_none()));
 }
+
+#[test]
+fn sflow_gateway_as_numbers_are_kept_by_end() {
+    let mut e = Engine::new(EngineConfig::default());
+    let ask = frame(1, 2, 5000, 53, 22);
+    // The same packet the other way: addresses and ports swapped.
+    let mut answer = ask.clone();
+    let (src, dst) = (ask[26..30].to_vec(), ask[30..34].to_vec());
+    answer[26..30].copy_from_slice(&dst);
+    answer[30..34].copy_from_slice(&src);
+    answer[34..36].copy_from_slice(&ask[36..38]);
+    answer[36..38].copy_from_slice(&ask[34..36]);
+    let sample = |f: &Vec<u8>, src_as, dst_as| sonde_flowproto::SampledPacket {
+        header: f.clone(),
+        header_protocol: 1,
+        frame_length: f.len() as u32,
+        sampling: 10,
+        src_as,
+        dst_as,
+        ..Default::default()
+    };
+    // The answer's source AS is the server's.
+    e.ingest_sample(&sample(&ask, 0, 64501), S);
+    e.ingest_sample(&sample(&answer, 64501, 64500), 2 * S);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 1);
+    let m = out[0].meta.as_deref().expect("the AS numbers");
+    assert_eq!((m.src_as, m.dst_as), (64500, 64501));
+}

@@ -1,5 +1,5 @@
-//! sFlow version 5 (sflow.org, "sFlow Version 5", 2004): flow samples with raw packet headers,
-//! and generic interface counters.
+//! sFlow version 5 (sflow.org, "sFlow Version 5", 2004): flow samples with raw packet headers
+//! (and the AS numbers of their extended gateway records), and generic interface counters.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 
@@ -152,10 +152,19 @@ fn flow_sample(
         return None;
     }
     ex.stats.flow_samples += 1;
+    let first = samples.len();
+    let mut gateway = None;
     for _ in 0..nrec {
         let format = r.u32()?;
         let len = r.u32()? as usize;
         let data = r.take(len)?;
+        if format == EXTENDED_GATEWAY {
+            gateway = extended_gateway(data);
+            if gateway.is_none() {
+                ex.stats.other_flow_records += 1;
+            }
+            continue;
+        }
         if format != 1 {
             ex.stats.other_flow_records += 1;
             continue;
@@ -176,11 +185,52 @@ fn flow_sample(
             sampling: rate,
             in_if,
             out_if,
+            src_as: 0,
+            dst_as: 0,
         });
         ex.stats.packet_samples += 1;
         sum.samples += 1;
     }
+    // The gateway record may come before or after the header it describes.
+    if let Some((src_as, dst_as)) = gateway {
+        for s in &mut samples[first..] {
+            (s.src_as, s.dst_as) = (src_as, dst_as);
+        }
+    }
     Some(())
+}
+
+/// Flow record 0:1003, the router's view of the packet's route.
+const EXTENDED_GATEWAY: u32 = 1003;
+
+/// The source and destination AS numbers of an extended gateway record: next hop (an address
+/// type, 1 IPv4 or 2 IPv6, and the address), the router's AS, the source AS, the source peer
+/// AS, then the destination AS path (segments: type, count, ASNs), communities and local
+/// preference. The destination AS is the path's last, the origin of the destination's route
+/// (0 when the path is empty); the rest is not needed.
+fn extended_gateway(data: &[u8]) -> Option<(u32, u32)> {
+    let mut g = Rd::new(data);
+    match g.u32()? {
+        1 => g.take(4)?,
+        2 => g.take(16)?,
+        _ => return None,
+    };
+    let _router_as = g.u32()?;
+    let src_as = g.u32()?;
+    let _src_peer_as = g.u32()?;
+    let segments = g.u32()?;
+    let mut dst_as = 0;
+    for _ in 0..segments.min(MAX_ITEMS) {
+        let _kind = g.u32()?;
+        let n = g.u32()?;
+        if n > MAX_ITEMS {
+            return None;
+        }
+        for _ in 0..n {
+            dst_as = g.u32()?;
+        }
+    }
+    Some((src_as, dst_as))
 }
 
 fn counter_sample(

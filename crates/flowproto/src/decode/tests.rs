@@ -605,3 +605,85 @@ fn random_bytes_never_panic() {
     }
     assert!(c.stats().count() <= 8);
 }
+
+/// An sFlow v5 datagram of one flow sample (rate 512) with these flow records, each
+/// (format, body).
+fn sflow_datagram(records: &[(u32, Vec<u8>)]) -> Vec<u8> {
+    let be = |v: u32| v.to_be_bytes();
+    let mut body = Vec::new();
+    for v in [7, 3, 512, 1000, 0, 1, 2, records.len() as u32] {
+        body.extend_from_slice(&be(v));
+    }
+    for (format, data) in records {
+        body.extend_from_slice(&be(*format));
+        body.extend_from_slice(&be(data.len() as u32));
+        body.extend_from_slice(data);
+    }
+    let mut d = Vec::new();
+    for v in [5, 1] {
+        d.extend_from_slice(&be(v));
+    }
+    d.extend_from_slice(&[192, 0, 2, 9]);
+    for v in [0, 1, 1000, 1, 1, body.len() as u32] {
+        d.extend_from_slice(&be(v));
+    }
+    d.extend_from_slice(&body);
+    d
+}
+
+#[test]
+fn sflow_extended_gateway_gives_the_samples_as_numbers() {
+    let be = |v: &[u32]| v.iter().flat_map(|x| x.to_be_bytes()).collect::<Vec<u8>>();
+    // Raw header record: Ethernet, frame 60, 0 stripped, a 4-byte header (enough here).
+    let mut raw = be(&[1, 60, 0, 4]);
+    raw.extend_from_slice(&[1, 2, 3, 4]);
+    // Gateway: next hop IPv4, router AS 64500, source AS 15169, peer AS 3356, a path of two
+    // segments (AS_SEQUENCE 3356 2914; AS_SET 64512 65001): the destination AS is the last.
+    let mut gw = be(&[1]);
+    gw.extend_from_slice(&[198, 51, 100, 1]);
+    gw.extend(be(&[
+        64500, 15169, 3356, 2, 2, 2, 3356, 2914, 1, 2, 64512, 65001, 0, 100,
+    ]));
+    let mut c = Collector::new(Config::default());
+    for records in [
+        vec![(1, raw.clone()), (1003, gw.clone())],
+        vec![(1003, gw.clone()), (1, raw.clone())],
+    ] {
+        let mut o = out();
+        dec(&mut c, peer(1), &sflow_datagram(&records), 0, &mut o).unwrap();
+        assert_eq!(o.samples.len(), 1);
+        let s = &o.samples[0];
+        assert_eq!((s.src_as, s.dst_as, s.sampling), (15169, 65001, 512));
+    }
+    // An IPv6 next hop and an empty path: no destination AS.
+    let mut gw6 = be(&[2]);
+    gw6.extend_from_slice(&[0x20, 1, 0xd, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]);
+    gw6.extend(be(&[64500, 64501, 0, 0, 0, 0]));
+    let mut o = out();
+    dec(
+        &mut c,
+        peer(1),
+        &sflow_datagram(&[(1, raw.clone()), (1003, gw6)]),
+        0,
+        &mut o,
+    )
+    .unwrap();
+    assert_eq!((o.samples[0].src_as, o.samples[0].dst_as), (64501, 0));
+    // A damaged gateway record (cut inside the path; an unknown next-hop type) gives none.
+    for bad in [gw[..gw.len() - 20].to_vec(), be(&[7, 0, 0])] {
+        let mut o = out();
+        dec(
+            &mut c,
+            peer(1),
+            &sflow_datagram(&[(1, raw.clone()), (1003, bad)]),
+            0,
+            &mut o,
+        )
+        .unwrap();
+        assert_eq!((o.samples[0].src_as, o.samples[0].dst_as), (0, 0));
+    }
+    // Without one, no AS numbers.
+    let mut o = out();
+    dec(&mut c, peer(1), &sflow_datagram(&[(1, raw)]), 0, &mut o).unwrap();
+    assert_eq!((o.samples[0].src_as, o.samples[0].dst_as), (0, 0));
+}
