@@ -224,6 +224,26 @@ def _zmq():
     return pytest.importorskip("zmq", reason="pyzmq is needed to play ntopng and nProbe")
 
 
+def _receive_while_running(zmq, sub, proc) -> list:
+    """The messages `sub` receives while `proc` (a sonde exporting) runs, for up to a minute,
+    and those still on the way when it has ended; `proc` must end well."""
+    messages = []
+    deadline = time.time() + 60
+    while time.time() < deadline:
+        try:
+            messages.append(sub.recv_multipart())
+        except zmq.Again:
+            if proc.poll() is not None:
+                break
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 0, err
+    while True:
+        try:
+            messages.append(sub.recv_multipart())
+        except zmq.Again:
+            return messages
+
+
 def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
     """A pyzmq SUB, subscribed as ntopng subscribes, reads sonde's messages byte by byte
     against the documented layouts: two parts; the 24-byte header (topic `flow` NUL-padded,
@@ -245,21 +265,7 @@ def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
              f"tcp://127.0.0.1:{port}?format=ntopng&wait=10&header={header}&compress={compress}"
              "&source_id=7", "--flows-out", str(flows_out), "--geoip-dir", str(GEO_DIR), "-q"],
             stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-        messages = []
-        deadline = time.time() + 60
-        while time.time() < deadline:
-            try:
-                messages.append(sub.recv_multipart())
-            except zmq.Again:
-                if low.poll() is not None:
-                    break
-        _, err = low.communicate(timeout=60)
-        assert low.returncode == 0, err
-        while True:  # what was still on the way
-            try:
-                messages.append(sub.recv_multipart())
-            except zmq.Again:
-                break
+        messages = _receive_while_running(zmq, sub, low)
         ctx.destroy(linger=0)
         flows = []
         for i, parts in enumerate(messages, start=1):
@@ -480,21 +486,7 @@ def test_libndpi_reads_sondes_tlv(options, sonde_bin, corpus, workdir, ndpi_tlv)
          f"tcp://127.0.0.1:{port}?format=ntopng&payload=tlv&wait=10&{options}",
          "--flows-out", str(flows_out), "-q"],
         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    messages = []
-    deadline = time.time() + 60
-    while time.time() < deadline:
-        try:
-            messages.append(sub.recv_multipart())
-        except zmq.Again:
-            if low.poll() is not None:
-                break
-    _, err = low.communicate(timeout=60)
-    assert low.returncode == 0, err
-    while True:
-        try:
-            messages.append(sub.recv_multipart())
-        except zmq.Again:
-            break
+    messages = _receive_while_running(zmq, sub, low)
     ctx.destroy(linger=0)
     records = []
     for h, payload in messages:
