@@ -190,7 +190,10 @@ pub fn encode_record(o: &Map<String, Value>, out: &mut Vec<u8>) {
                     (n.as_f64().unwrap_or(0.0) as f32).to_le_bytes().to_vec(),
                 ),
             },
-            Value::String(s) => (STRING, string_bytes(s)),
+            Value::String(s) => match ipv4_number(k, s) {
+                Some(n) => unsigned(n.into()),
+                None => (STRING, string_bytes(s)),
+            },
             other => (STRING, string_bytes(&other.to_string())),
         };
         out.push(key_type << 4 | value_type);
@@ -198,6 +201,28 @@ pub fn encode_record(o: &Map<String, Value>, out: &mut Vec<u8>) {
         out.extend_from_slice(&value);
     }
     out.push(END_OF_RECORD);
+}
+
+/// The IPv4 address elements nProbe serializes as 32-bit numbers (the address read as a
+/// big-endian integer, what ntopng's TLV parser expects): source, destination, next hops,
+/// exporter and post-NAT addresses, by element id or label. Other strings stay strings.
+const IPV4_ELEMENTS: [(&str, &str); 8] = [
+    ("8", "IPV4_SRC_ADDR"),
+    ("12", "IPV4_DST_ADDR"),
+    ("15", "IPV4_NEXT_HOP"),
+    ("18", "BGP_IPV4_NEXT_HOP"),
+    ("130", "EXPORTER_IPV4_ADDRESS"),
+    ("225", "POST_NAT_SRC_IPV4_ADDR"),
+    ("226", "POST_NAT_DST_IPV4_ADDR"),
+    ("47", "MPLS_TOP_LABEL_IP_ADDR"),
+];
+
+fn ipv4_number(key: &str, value: &str) -> Option<u32> {
+    IPV4_ELEMENTS
+        .iter()
+        .any(|(id, label)| key == *id || key == *label)
+        .then(|| value.parse::<std::net::Ipv4Addr>().ok().map(u32::from))
+        .flatten()
 }
 
 fn unsigned(u: u64) -> (u8, Vec<u8>) {
@@ -291,6 +316,24 @@ mod tests {
         assert_eq!(out, hex(NDPI_BYTES));
         let back = decode(&out, 10).unwrap();
         assert_eq!(Value::Object(back[0].clone()), first);
+    }
+
+    #[test]
+    fn ipv4_addresses_go_as_numbers_as_nprobe_sends_them() {
+        let mut out = Vec::new();
+        let rec = json!({"8": "10.0.0.1", "IPV4_DST_ADDR": "192.0.2.7", "27": "2001:db8::1",
+                         "SERVER_NAME": "10.0.0.2", "12": "not an address"});
+        encode_record(rec.as_object().unwrap(), &mut out);
+        let mut framed = HEADER.to_vec();
+        framed.extend_from_slice(&out);
+        let back = decode(&framed, 1).unwrap();
+        assert_eq!(
+            Value::Object(back[0].clone()),
+            json!({"8": 0x0a000001u32, "IPV4_DST_ADDR": 0xc0000207u32, "27": "2001:db8::1",
+                   "SERVER_NAME": "10.0.0.2", "12": "not an address"})
+        );
+        // The same bytes libndpi writes for ndpi_serialize_uint32_uint32(8, 0x0a000001).
+        assert!(out.windows(6).any(|w| w == [0x24, 8, 10, 0, 0, 1]));
     }
 
     #[test]
