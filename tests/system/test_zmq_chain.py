@@ -190,9 +190,9 @@ def test_ntopng_format_probe_mode(sonde_bin, corpus, workdir):
 def test_ntopng_format_curve(sonde_bin, sonde, corpus, workdir):
     """CURVE in ntopng's framing: the collector (SUB, CURVE server) takes every flow from an
     exporter that has its public key, whether it connects to the exporter or binds (collector
-    mode); binding, it takes none from an exporter with another key and still takes the next
-    one. (Connecting, a failed handshake ends that connection for good: libzmq does not
-    reconnect after a protocol error; see docs/zmq-interop.md.)"""
+    mode); it takes none from an exporter with another key or none, counts their failed
+    handshakes, and still takes the next right one. Connecting, that needs sonde to dial again:
+    libzmq ends a connection whose handshake failed and does not retry it."""
     right, other = workdir / "collector", workdir / "someone-else"
     for name in (right, other):
         p = sonde("zmq-keygen", name)
@@ -203,15 +203,18 @@ def test_ntopng_format_curve(sonde_bin, sonde, corpus, workdir):
         f"zmq+tcp://127.0.0.1:{port}?format=ntopng&curve={right}_secret",
         [f"tcp://127.0.0.1:{port}?format=ntopng&wait=10&compress=zlib&curve={right}"])
     assert stats["collected"]["decoded"] == exported[0] > 0, (stats["collected"], exported)
-    port = _free_tcp_port()
-    stats, exported = _chain(
-        sonde_bin, corpus, workdir,
-        f"zmq+tcp://127.0.0.1:{port}?format=ntopng&mode=collector&curve={right}_secret",
-        [f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=2&curve={other}",
-         f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=2",
-         f"tcp://127.0.0.1:{port}?format=ntopng&mode=probe&wait=10&curve={right}"])
-    assert exported[0] == exported[1] == exported[2] > 0
-    assert stats["collected"]["decoded"] == exported[2], (stats["collected"], exported)
+    assert stats["collected"]["failed_handshakes"] == 0
+    for mode, probe in (("", ""), ("&mode=collector", "&mode=probe")):
+        port = _free_tcp_port()
+        stats, exported = _chain(
+            sonde_bin, corpus, workdir,
+            f"zmq+tcp://127.0.0.1:{port}?format=ntopng{mode}&curve={right}_secret",
+            [f"tcp://127.0.0.1:{port}?format=ntopng{probe}&wait=2&curve={other}",
+             f"tcp://127.0.0.1:{port}?format=ntopng{probe}&wait=2",
+             f"tcp://127.0.0.1:{port}?format=ntopng{probe}&wait=10&curve={right}"])
+        assert exported[0] == exported[1] == exported[2] > 0
+        assert stats["collected"]["decoded"] == exported[2], (mode, stats["collected"], exported)
+        assert stats["collected"]["failed_handshakes"] >= 2, (mode, stats["collected"])
 
 
 def test_ntopng_format_bad_options_say_how_to_fix(sonde, corpus):

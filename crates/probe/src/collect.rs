@@ -215,6 +215,9 @@ pub struct CollectorCounters {
     pub connections_idle: AtomicU64,
     /// Datagrams and TCP connections from sources the collector's `allow=` list leaves out.
     pub refused_sources: AtomicU64,
+    /// ZMQ producers whose handshake failed: another CURVE key, or none where the collector
+    /// has one (refusals by the allow-list are `refused_sources`).
+    pub failed_handshakes: AtomicU64,
     /// Decoded records whose counters cannot be real ([`CollectedFlow::impossible`]), kept
     /// out of the tables.
     pub suspect: AtomicU64,
@@ -849,16 +852,21 @@ pub const TCP_IDLE: Duration = Duration::from_secs(300);
 /// Receives JSON flows on a bound ZMQ PULL socket (or in ntopng's framing on a SUB socket)
 /// until `stop`.
 pub(crate) fn run_zmq(
-    socket: zmq::Socket,
+    input: ZmqInput,
     format: ZmqFormat,
     what: String,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
 ) -> ExporterReport {
+    let ZmqInput {
+        socket,
+        mut handshakes,
+    } = input;
     if let ZmqFormat::Ntopng { .. } = format {
         let mut reader = NtopngReader::new(what);
         while !stop.load(Ordering::Relaxed) {
+            handshakes.check(&socket, &counters);
             match socket.recv_multipart(0) {
                 Ok(parts) => reader.message(&parts, &mut out, &counters),
                 Err(zmq::Error::EAGAIN) => {}
@@ -869,6 +877,7 @@ pub(crate) fn run_zmq(
         return Vec::new();
     }
     while !stop.load(Ordering::Relaxed) {
+        handshakes.check(&socket, &counters);
         match socket.recv_bytes(0) {
             Ok(msg) => {
                 counters.messages.fetch_add(1, Ordering::Relaxed);
@@ -1002,6 +1011,80 @@ pub(crate) fn enlarge_receive_buffer(socket: &std::net::UdpSocket) {
 /// thousand flows (a few MiB of JSON).
 pub const ZMQ_MAX_MESSAGE: i64 = 64 << 20;
 
+/// A collector's ZMQ socket and the watch on its producers' handshakes.
+pub(crate) struct ZmqInput {
+    socket: zmq::Socket,
+    handshakes: HandshakeWatch,
+}
+
+/// Reads libzmq's monitor events of a collector's socket: counts failed handshakes, and, on
+/// a socket that connects, dials again after one. libzmq ends a connection whose handshake
+/// failed (a producer with another CURVE key, or none) and does not retry it, so a right
+/// producer binding the same address afterwards would never be heard.
+struct HandshakeWatch {
+    events: zmq::Socket,
+    /// The producer's address, when the collector connects to it.
+    redial: Option<String>,
+    due: Option<std::time::Instant>,
+}
+
+impl HandshakeWatch {
+    /// libzmq's own reconnect pause.
+    const PAUSE: Duration = Duration::from_millis(100);
+
+    fn watch(
+        ctx: &zmq::Context,
+        socket: &zmq::Socket,
+        redial: Option<&str>,
+    ) -> Result<HandshakeWatch, String> {
+        static NEXT: AtomicU64 = AtomicU64::new(0);
+        let name = format!(
+            "inproc://collect-zmq-monitor-{}",
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        );
+        let failed = zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+            | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
+            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32;
+        let events = socket
+            .monitor(&name, failed)
+            .and_then(|_| ctx.socket(zmq::PAIR))
+            .and_then(|e| e.connect(&name).map(|_| e))
+            .map_err(|e| format!("zmq: cannot watch the socket's handshakes: {e}"))?;
+        Ok(HandshakeWatch {
+            events,
+            redial: redial.map(str::to_string),
+            due: None,
+        })
+    }
+
+    /// Called between receives, on the socket's own thread (libzmq sockets are not shared).
+    fn check(&mut self, socket: &zmq::Socket, counters: &CollectorCounters) {
+        // An event is two parts: the event number (u16) and a value (u32), then the address.
+        while let Ok(parts) = self.events.recv_multipart(zmq::DONTWAIT) {
+            let Some(event) = parts.first().and_then(|p| p.get(..2)) else {
+                continue;
+            };
+            let event = zmq::SocketEvent::from_raw(u16::from_ne_bytes([event[0], event[1]]));
+            // Refusals by the allow-list's ZAP handler are counted there.
+            if event != zmq::SocketEvent::HANDSHAKE_FAILED_AUTH {
+                counters.failed_handshakes.fetch_add(1, Ordering::Relaxed);
+            }
+            if self.redial.is_some() {
+                self.due
+                    .get_or_insert_with(|| std::time::Instant::now() + Self::PAUSE);
+            }
+        }
+        if let (Some(endpoint), Some(due)) = (&self.redial, self.due) {
+            if std::time::Instant::now() >= due {
+                // The failed connection is gone already; disconnecting clears its entry.
+                let _ = socket.disconnect(endpoint);
+                let _ = socket.connect(endpoint);
+                self.due = None;
+            }
+        }
+    }
+}
+
 /// Binds the ZMQ PULL socket of `--collect zmq+tcp://…` (so a busy port fails at start); with
 /// `format=ntopng`, a SUB socket taking every topic that connects to the producer, or binds
 /// with `mode=collector`. With an allow-list, a ZAP handler thread (until `stop`) refuses
@@ -1014,7 +1097,7 @@ pub(crate) fn bind_zmq(
     format: ZmqFormat,
     stop: &Arc<AtomicBool>,
     counters: &Arc<CollectorCounters>,
-) -> Result<zmq::Socket, String> {
+) -> Result<ZmqInput, String> {
     let ctx = zmq::Context::new();
     let kind = match format {
         ZmqFormat::Sonde => zmq::PULL,
@@ -1053,7 +1136,9 @@ pub(crate) fn bind_zmq(
         s.set_subscribe(b"")
             .map_err(|e| format!("zmq: cannot subscribe: {e}"))?;
         if !bind {
-            // libzmq retries until the producer's PUB is there.
+            // libzmq retries until the producer's PUB is there (and the watch after a
+            // failed handshake).
+            let handshakes = HandshakeWatch::watch(&ctx, &s, Some(endpoint))?;
             s.connect(endpoint).map_err(|e| {
                 format!(
                     "--collect zmq+{endpoint}?format=ntopng: cannot connect ({e}); give the \
@@ -1061,13 +1146,20 @@ pub(crate) fn bind_zmq(
                      probe mode"
                 )
             })?;
-            return Ok(s);
+            return Ok(ZmqInput {
+                socket: s,
+                handshakes,
+            });
         }
     }
+    let handshakes = HandshakeWatch::watch(&ctx, &s, None)?;
     s.bind(endpoint).map_err(|e| {
         format!("--collect {endpoint}: cannot listen ({e}); is the port in use or the address not local?")
     })?;
-    Ok(s)
+    Ok(ZmqInput {
+        socket: s,
+        handshakes,
+    })
 }
 
 /// Answers libzmq's ZAP requests (RFC 27: version, request id, domain, address, identity,
@@ -1184,7 +1276,8 @@ mod tests {
             &Arc::new(AtomicBool::new(false)),
             &Arc::new(CollectorCounters::default()),
         )
-        .unwrap();
+        .unwrap()
+        .socket;
         let ctx = zmq::Context::new();
         let big = ctx.socket(zmq::PUSH).unwrap();
         big.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();

@@ -140,6 +140,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
             "errors": s.collector_errors,
             "connections_refused": s.collector_connections_refused,
             "refused_sources": s.collector_refused_sources,
+            "failed_handshakes": s.collector_failed_handshakes,
             "suspect": s.collector_suspect,
             "retimed": s.collector_retimed,
             "skipped_topics": s.collector_skipped_topics,

@@ -78,6 +78,8 @@ pub struct Summary {
     pub collector_connections_refused: u64,
     /// Datagrams and connections from exporters no `allow=` list permits.
     pub collector_refused_sources: u64,
+    /// ZMQ producers whose handshake failed (another CURVE key, or none where one is needed).
+    pub collector_failed_handshakes: u64,
     /// Decoded records with impossible counters, kept out of the tables.
     pub collector_suspect: u64,
     pub collector_retimed: u64,
@@ -360,6 +362,10 @@ impl Probe {
             collector_refused_sources: self
                 .collector_counters
                 .refused_sources
+                .load(Ordering::Relaxed),
+            collector_failed_handshakes: self
+                .collector_counters
+                .failed_handshakes
                 .load(Ordering::Relaxed),
             collector_suspect: self.collector_counters.suspect.load(Ordering::Relaxed),
             collector_retimed: self.collector_counters.retimed.load(Ordering::Relaxed),
@@ -1088,7 +1094,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 })
                         }
                         CollectSource::Zmq(endpoint, curve, allow, format) => {
-                            let sock = collect::bind_zmq(
+                            let input = collect::bind_zmq(
                                 endpoint,
                                 curve.as_deref(),
                                 allow,
@@ -1101,7 +1107,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                             std::thread::Builder::new()
                                 .name("collect-zmq".into())
                                 .spawn(move || {
-                                    collect::run_zmq(sock, format, what, out, stop, counters)
+                                    collect::run_zmq(input, format, what, out, stop, counters)
                                 })
                         }
                         CollectSource::Udp(addr, allow) => {
