@@ -26,6 +26,8 @@
 #                     the second DPI accuracy set (scripts/fetch-ndpi-tests.sh, into .cache/)
 #   mmdb-bin          mmdblookup (libmaxminddb), the oracle for --geoip-dir countries
 #                     (tests/system/test_geoip.py)
+#   libmaxmind-db-writer-perl   MaxMind's writer: the tests' City databases
+#                     (scripts/make-city-mmdb.pl)
 #   rrdtool           the RRD side of the Cassandra statistics benchmark (scripts/bench-cassandra.sh)
 #   libndpi-bin       ndpiReader, nDPI's labels for the loopback captures in tests/dpi_loopback/
 #                     (tests/system/ndpi_reader.py)
@@ -66,16 +68,18 @@ declare -A PROBE=(
     [rrdtool]="cmd:rrdtool"
     [mmdb-bin]="cmd:mmdblookup"
     [libndpi-bin]="cmd:ndpiReader"
+    [libmaxmind-db-writer-perl]="perl:MaxMind::DB::Writer::Tree"
 )
 
 missing=()
 for pkg in tshark wireshark-common libpcap-dev iproute2 util-linux chromium \
     tcpdump nmap hping3 curl bind9-dnsutils default-jre-headless maven kcat protobuf-compiler \
-    clickhouse-server rrdtool libndpi-bin mmdb-bin; do
+    clickhouse-server rrdtool libndpi-bin mmdb-bin libmaxmind-db-writer-perl; do
     probe="${PROBE[$pkg]}"
     case "$probe" in
         cmd:*) command -v "${probe#cmd:}" >/dev/null 2>&1 && continue ;;
         file:*) [ -e "${probe#file:}" ] && continue ;;
+        perl:*) perl -M"${probe#perl:}" -e 1 >/dev/null 2>&1 && continue ;;
     esac
     missing+=("$pkg")
 done

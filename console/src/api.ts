@@ -41,7 +41,7 @@ export interface Interface {
   /** With local networks: IP packets and bytes of flows by direction. */
   directions?: Record<Direction, { packets: number; bytes: number; bits_per_s: number | null }> | null;
   /** With --geoip-dir: what its databases give (null without). */
-  geoip?: { countries: boolean; asns: boolean } | null;
+  geoip?: { countries: boolean; asns: boolean; cities?: boolean } | null;
 }
 
 /** A row of `/api/v1/top/countries` or `/asns`: the live hosts located there. */
@@ -85,6 +85,8 @@ export interface Host {
   active_flows: number;
   /** TCP segments it sent again, over all its flows so far. */
   retransmits_sent?: number;
+  /** TCP segments its peers sent it again, over all its flows so far. */
+  retransmits_rcvd?: number;
   /** In --local-networks (false when none are set). */
   local?: boolean;
   first_seen: number;
@@ -95,6 +97,8 @@ export interface Host {
   country?: string | null;
   asn?: number | null;
   as_name?: string | null;
+  /** With a City database in --geoip-dir: the city's name (null: not known). */
+  city?: string | null;
 }
 
 /** Strings DPI read off the wire: attacker-controlled, shown only as text. */

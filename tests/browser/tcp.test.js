@@ -64,5 +64,15 @@ test('flows show their retransmissions and round trip; a host page its TCP healt
     },
     { timeout: 60_000, what: "the hosts table's first row: the API's most retransmitting host" },
   );
+  // And by what their peers sent them again.
+  await page.goto(`${env.sonde.url}/#/hosts?sort=retransmits_rcvd`);
+  await waitFor(
+    async () => {
+      const api = (await pageFetch(page, '/api/v1/hosts?sort=retransmits_rcvd&limit=1')).body.hosts[0];
+      const first = await page.locator('tbody tr').first().locator('span[data-retransmits-rcvd]').getAttribute('data-retransmits-rcvd').catch(() => null);
+      return api.retransmits_rcvd > 0 && first === String(api.retransmits_rcvd);
+    },
+    { timeout: 60_000, what: "the hosts table's first row: the API's host most retransmitted to" },
+  );
   assert.deepEqual(problems, []);
 });

@@ -276,7 +276,8 @@ def test_api_hosts_flows_filters_and_top_places(sonde_bin, corpus, geo_dir, as_r
     if not pcap.exists():
         pytest.skip("android.pcap not in the corpus")
     with serving(sonde_bin, pcap, "--geoip-dir", geo_dir) as (base, _):
-        assert get_json(base, "/api/v1/interface")["geoip"] == {"countries": True, "asns": True}
+        assert get_json(base, "/api/v1/interface")["geoip"] == {"countries": True, "asns": True,
+                                                                "cities": False}
         hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
         assert len(hosts) > 10
         by_country: Dict[str, List[int]] = collections.defaultdict(lambda: [0, 0])
@@ -433,3 +434,60 @@ def test_history_queries_filter_by_country_and_as(sonde, corpus, geo_dir, as_ran
         assert sorted(key(r) for r in got) == sorted(key(r) for r in query("--country", country))
         status, text = api_error(base, "/api/v1/history/flows?asn=zz")
         assert status == 400 and "AS number" in str(text)
+
+
+CITY_NAMES = ["Falkenstein", "São Paulo", "Zürich", "Kraków", "<b>Ōsaka</b> & \"Co\"", ""]
+
+
+def test_a_city_database_names_every_hosts_city(sonde, sonde_bin, workdir, tshark_tools):
+    """A City database (written here with MaxMind's writer, scripts/make-city-mmdb.pl) covering
+    the demo capture's outside servers: `sonde geoip`, the hosts and flows of the API and
+    --flows-out give each address the city `mmdblookup` reads from the same file (none where
+    the record has no city, and none for the office's private addresses)."""
+    if shutil.which("perl") is None or subprocess.run(
+            ["perl", "-MMaxMind::DB::Writer::Tree", "-e", "1"], capture_output=True).returncode:
+        pytest.fail("MaxMind::DB::Writer missing: run scripts/setup-test-deps.sh "
+                    "(Debian's libmaxmind-db-writer-perl)", pytrace=False)
+    demo = REPO / "samples" / "demo.pcap"
+    public = [a for a in capture_addresses(demo) if not special(ipaddress.ip_address(a))]
+    assert len(public) >= 10, public
+    nets = sorted({str(ipaddress.ip_network(f"{a}/{24 if '.' in a else 48}", strict=False))
+                   for a in public})
+    lines = [f"{n}\tDE\t{CITY_NAMES[i % len(CITY_NAMES)]}" for i, n in enumerate(nets)]
+    db_dir = workdir / "city-db"
+    db_dir.mkdir()
+    p = subprocess.run([str(REPO / "scripts" / "make-city-mmdb.pl"),
+                        str(db_dir / "GeoLite2-City.mmdb")],
+                       input="\n".join(lines) + "\n", capture_output=True, text=True, timeout=60)
+    assert p.returncode == 0, p.stderr
+
+    def oracle_city(addr: str) -> Optional[str]:
+        q = subprocess.run(["mmdblookup", "-f", str(db_dir / "GeoLite2-City.mmdb"), "-i", addr,
+                            "city", "names", "en"], capture_output=True, text=True, timeout=30)
+        m = re.search(r'"(.*)" <utf8_string>', q.stdout)  # printed as it is stored
+        return m.group(1) if m else None
+
+    addrs = capture_addresses(demo)
+    want = {str(ipaddress.ip_address(a)): (None if special(ipaddress.ip_address(a))
+                                           else oracle_city(a)) for a in addrs}
+    named = {c for c in want.values() if c}
+    assert len(named) >= 4 and any(c is None for c in want.values()), want
+    got = sonde_lookup(sonde, db_dir, addrs)
+    assert {a: r["city"] for a, r in got.items()} == want
+    flows_out = workdir / "city-flows.json"
+    with serving(sonde_bin, demo, "--geoip-dir", db_dir, "--flows-out", flows_out) as (base, _):
+        assert get_json(base, "/api/v1/interface")["geoip"]["cities"] is True
+        hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
+        flows = get_json(base, "/api/v1/flows?limit=10000")["flows"]
+    assert hosts and flows
+    for h in hosts:
+        assert h["city"] == want[str(ipaddress.ip_address(h["ip"]))], h
+    for f in flows:
+        for side in ("client", "server"):
+            assert f[f"{side}_city"] == want[str(ipaddress.ip_address(f[side]))], f
+    records = [json.loads(l) for l in flows_out.read_text().splitlines()]
+    assert records
+    for r in records:
+        for key, side in (("SRC_IP_CITY", "SRC"), ("DST_IP_CITY", "DST")):
+            assert r.get(key) == want[str(ipaddress.ip_address(_addr_of(r, side)))], r
+    assert any(r.get("DST_IP_CITY") for r in records)

@@ -4,7 +4,8 @@ and its handshake's round trip halves, and a host page's sums over its flows.
 The API's live values must be the flow records' (`--flows-out`, written from the same flows
 when the run ends): RETRANSMITTED_IN/OUT_PKTS, OOORDER_IN/OUT_PKTS, CLIENT/SERVER_NW_LATENCY_MS.
 The host page's sums must be those of its flows as the flows API gives them, and a host's
-retransmits_sent (all its flows so far) the sum of the records' for its side.
+retransmits_sent and retransmits_rcvd (all its flows so far) the sums of the records' for its
+side and for the other.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir)
         hosts = get_json(base, "/api/v1/hosts?limit=10000")["hosts"]
         pages = {h["ip"]: get_json(base, f"/api/v1/hosts/{h['ip']}") for h in hosts}
         by_retransmits = get_json(base, "/api/v1/hosts?sort=retransmits&limit=5")["hosts"]
+        by_received = get_json(base, "/api/v1/hosts?sort=retransmits_rcvd&limit=5")["hosts"]
     assert proc.returncode == 0
     records = {}
     for line in flows_out.read_text().splitlines():
@@ -69,13 +71,23 @@ def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir)
             assert t["rtt_median_ms"] == pytest.approx(rtts[len(rtts) // 2], abs=0.002)
     # Each host's retransmits_sent counts what it sent again over all its flows: the flow
     # records' client (IN) and server (OUT) retransmissions of the flows it is an end of.
+    # Its retransmits_rcvd, what its peers sent it again: the other side's.
     for h in hosts:
-        want = sum(r["RETRANSMITTED_IN_PKTS"] if r.get("IPV4_SRC_ADDR", r.get("IPV6_SRC_ADDR"))
-                   == h["ip"] else r["RETRANSMITTED_OUT_PKTS"]
-                   for r in records.values()
-                   if h["ip"] in (r.get("IPV4_SRC_ADDR") or r.get("IPV6_SRC_ADDR"),
-                                  r.get("IPV4_DST_ADDR") or r.get("IPV6_DST_ADDR")))
-        assert h["retransmits_sent"] == want, h
+        sent = rcvd = 0
+        for r in records.values():
+            client = r.get("IPV4_SRC_ADDR") or r.get("IPV6_SRC_ADDR")
+            server = r.get("IPV4_DST_ADDR") or r.get("IPV6_DST_ADDR")
+            if h["ip"] == client:
+                sent += r["RETRANSMITTED_IN_PKTS"]
+                rcvd += r["RETRANSMITTED_OUT_PKTS"]
+            elif h["ip"] == server:
+                sent += r["RETRANSMITTED_OUT_PKTS"]
+                rcvd += r["RETRANSMITTED_IN_PKTS"]
+        assert (h["retransmits_sent"], h["retransmits_rcvd"]) == (sent, rcvd), h
     assert any(h["retransmits_sent"] > 0 for h in hosts)
-    # ?sort=retransmits puts them first.
+    assert any(h["retransmits_rcvd"] > 0 for h in hosts)
+    # Every retransmitted segment was sent by one end and received by the other.
+    assert sum(h["retransmits_sent"] for h in hosts) == sum(h["retransmits_rcvd"] for h in hosts)
+    # ?sort=retransmits and ?sort=retransmits_rcvd put them first.
     assert by_retransmits[0]["retransmits_sent"] == max(h["retransmits_sent"] for h in hosts)
+    assert by_received[0]["retransmits_rcvd"] == max(h["retransmits_rcvd"] for h in hosts)

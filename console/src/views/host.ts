@@ -38,6 +38,8 @@ function counters(h: Host, local: boolean): HTMLElement {
     // With --geoip-dir.
     const where = h.country ? el('span', {}, countryCell(h.country), ' ', countryName(h.country)) : '–';
     items.push(el('div', { class: 'stat' }, el('dt', {}, 'Country'), el('dd', { 'data-geo': 'country' }, where)));
+    // With a City database only; the name is the database's, shown as text.
+    if (h.city !== undefined) items.push(el('div', { class: 'stat' }, el('dt', {}, 'City'), el('dd', { 'data-geo': 'city' }, h.city ?? '–')));
     items.push(el('div', { class: 'stat' }, el('dt', {}, 'AS'), el('dd', { 'data-geo': 'asn' }, asCell(h.asn, h.as_name))));
   }
   items.push(el('div', { class: 'stat' }, el('dt', {}, 'MAC'), el('dd', {}, h.mac ?? '–')));

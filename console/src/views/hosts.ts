@@ -63,6 +63,13 @@ export const hosts: View = (root, route, ctx) => {
         numeric: true,
         cell: (h) => el('span', { class: (h.retransmits_sent ?? 0) > 0 ? 'tcp-bad' : undefined, 'data-retransmits': h.retransmits_sent ?? 0 }, fmt.count(h.retransmits_sent ?? 0)),
       },
+      {
+        // Segments sent again to this host: loss on its incoming path, or a slow receiver.
+        label: 'Peer retransmits',
+        sort: 'retransmits_rcvd',
+        numeric: true,
+        cell: (h) => el('span', { class: (h.retransmits_rcvd ?? 0) > 0 ? 'tcp-bad' : undefined, 'data-retransmits-rcvd': h.retransmits_rcvd ?? 0 }, fmt.count(h.retransmits_rcvd ?? 0)),
+      },
       { label: 'First seen', sort: 'first_seen', cell: (h) => fmt.time(h.first_seen) },
       { label: 'Last seen', sort: 'last_seen', cell: (h) => fmt.time(h.last_seen) },
     ],

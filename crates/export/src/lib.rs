@@ -221,6 +221,14 @@ fn own_fields(
                 put(name, &mut buf, true);
             }
         }
+        if g.has_cities() {
+            for (name, ip) in [("SRC_IP_CITY", a), ("DST_IP_CITY", b)] {
+                if let Some(city) = g.city(ip) {
+                    buf.push_str(city);
+                    put(name, &mut buf, true);
+                }
+            }
+        }
     }
     if f.sampling > 0 {
         // A collected flow: where it came from.
@@ -712,6 +720,10 @@ mod tests {
         std::fs::create_dir_all(&d).unwrap();
         std::fs::write(d.join("country-ipv4.csv"), "1.0.0.0,1.0.0.255,DE\n").unwrap();
         std::fs::write(d.join("asn-ipv4.csv"), "1.0.0.0,1.0.0.5,64500,Test AS\n").unwrap();
+        // Countries and cities from a City database (preferred over the ranges above, which
+        // agree): 1.0.0.0/24 DE, Köln; written by scripts/make-city-mmdb.pl.
+        let city = concat!(env!("CARGO_MANIFEST_DIR"), "/../geo/testdata/city.mmdb");
+        std::fs::copy(city, d.join("GeoLite2-City.mmdb")).unwrap();
         let db = GeoDb::open_dir(&d).unwrap();
         std::fs::remove_dir_all(&d).unwrap();
         db
@@ -768,7 +780,13 @@ mod tests {
         };
         let r = public(); // client 1.0.0.9, server 1.0.0.1
         let v = json(FlowWriter::new(Vec::new(), Format::Json), &r);
-        for k in ["SRC_AS", "DST_AS", "SRC_IP_COUNTRY", "DST_IP_COUNTRY"] {
+        for k in [
+            "SRC_AS",
+            "DST_AS",
+            "SRC_IP_COUNTRY",
+            "DST_IP_COUNTRY",
+            "SRC_IP_CITY",
+        ] {
             assert!(v.get(k).is_none(), "{k} without --geoip-dir");
         }
         let geo = Some(Arc::new(test_geo()));
@@ -780,6 +798,10 @@ mod tests {
         assert_eq!(v["DST_AS"], 64500, "{v}");
         assert_eq!(v["SRC_IP_COUNTRY"], "DE");
         assert_eq!(v["DST_IP_COUNTRY"], "DE");
+        assert_eq!(
+            (&v["SRC_IP_CITY"], &v["DST_IP_CITY"]),
+            (&"Köln".into(), &"Köln".into())
+        );
         // An exporter's AS wins over the database's, and is written once.
         let mut collected = public();
         collected.meta = Some(Box::new(sonde_dpi::Meta {

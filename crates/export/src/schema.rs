@@ -145,6 +145,8 @@ const FLOW: &[Field] = &[
     f("FLOW_DIRECTION", Name, "", "flow", None, Derived, false, "in, out, internal or transit by --local-networks, client to server (only with it; not kept in the history)"),
     f("SRC_IP_COUNTRY", Name, "", "geo", None, Derived, false, "client's country (ISO 3166 code) by --geoip-dir, when known"),
     f("DST_IP_COUNTRY", Name, "", "geo", None, Derived, false, "server's country (ISO 3166 code) by --geoip-dir, when known"),
+    f("SRC_IP_CITY", Name, "", "geo", None, Derived, false, "client's city by a City database in --geoip-dir, when known"),
+    f("DST_IP_CITY", Name, "", "geo", None, Derived, false, "server's city by a City database in --geoip-dir, when known"),
     f("EXPORTER_IPV4_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv4)"),
     f("EXPORTER_IPV6_ADDRESS", Address, "", "collector", None, Fixed, true, "exporter of a collected flow, or the probe that measured it (IPv6)"),
     f("INPUT_SNMP", Code, "", "collector", None, Fixed, true, "input interface index (NetFlow v9 element 10; not in IPFIX export)"),

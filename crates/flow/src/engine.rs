@@ -607,11 +607,15 @@ impl Engine {
         let f = &mut self.flows[slot as usize];
         f.update(dir, p, ts_ns);
         if f.last_was_retransmit {
-            // Rare: the sender's host is touched only then.
-            let h = f.hosts[dir];
-            if h != NO_HOST {
-                let h = self.hosts.get_mut(h);
+            // Rare: the two hosts are touched only then.
+            let (sender, receiver) = (f.hosts[dir], f.hosts[1 - dir]);
+            if sender != NO_HOST {
+                let h = self.hosts.get_mut(sender);
                 h.retransmits_sent = h.retransmits_sent.saturating_add(1);
+            }
+            if receiver != NO_HOST {
+                let h = self.hosts.get_mut(receiver);
+                h.retransmits_rcvd = h.retransmits_rcvd.saturating_add(1);
             }
         }
         self.stats.ip_packets += 1;

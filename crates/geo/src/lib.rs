@@ -432,6 +432,40 @@ impl GeoDb {
         !self.countries.is_empty() || self.country_ranges.is_some()
     }
 
+    /// Whether a country database is a City one (GeoLite2-City, DB-IP City Lite): then
+    /// [`GeoDb::city`] can name places.
+    pub fn has_cities(&self) -> bool {
+        self.countries.iter().any(|(_, r)| {
+            r.metadata()
+                .database_type
+                .to_ascii_lowercase()
+                .contains("city")
+        })
+    }
+
+    /// The city of `ip` (its English name), from a City database; `None` for special-purpose
+    /// addresses, as for countries. MaxMind's `city.names.en` and ip-location-db's flat `city`
+    /// are read.
+    pub fn city(&self, ip: IpAddr) -> Option<&str> {
+        if is_special(ip) {
+            return None;
+        }
+        for (_, r) in &self.countries {
+            let Ok(found) = r.lookup(ip) else { continue };
+            for path in [
+                &maxminddb::path!["city", "names", "en"][..],
+                &maxminddb::path!["city"][..],
+            ] {
+                if let Ok(Some(name)) = found.decode_path::<&str>(path) {
+                    if !name.is_empty() {
+                        return Some(name);
+                    }
+                }
+            }
+        }
+        None
+    }
+
     pub fn has_asns(&self) -> bool {
         !self.as_mmdb.is_empty() || self.as_ranges.is_some()
     }
@@ -915,6 +949,31 @@ mod tests {
                 edge.lookup(u32::MAX)
             ],
             [3, 1, 1, 2]
+        );
+    }
+
+    /// `testdata/city.mmdb`, written by `scripts/make-city-mmdb.pl` (MaxMind's writer):
+    /// 1.0.0.0/24 DE "Köln", 1.0.1.0/24 FR with no city.
+    #[test]
+    fn a_city_database_gives_countries_and_cities() {
+        let d = dir_with(&[]);
+        std::fs::copy(
+            Path::new(env!("CARGO_MANIFEST_DIR")).join("testdata/city.mmdb"),
+            d.join("GeoLite2-City.mmdb"),
+        )
+        .unwrap();
+        let db = GeoDb::open_dir(&d).unwrap();
+        assert!(db.has_countries() && db.has_cities() && !db.has_asns());
+        let ip = |s: &str| s.parse::<IpAddr>().unwrap();
+        assert_eq!(db.city(ip("1.0.0.9")), Some("Köln"));
+        assert_eq!(db.country(ip("1.0.0.9")), Country::parse("DE"));
+        assert_eq!(db.city(ip("1.0.1.9")), None);
+        assert_eq!(db.country(ip("1.0.1.9")), Country::parse("FR"));
+        assert_eq!(db.city(ip("1.0.2.9")), None);
+        assert_eq!(
+            db.city(ip("10.0.0.1")),
+            None,
+            "private addresses are placed nowhere"
         );
     }
 

@@ -590,6 +590,7 @@ fn merge_hosts(parts: Vec<Vec<Host>>) -> Vec<Host> {
                 m.flows_as_server += h.flows_as_server;
                 m.active_flows += h.active_flows;
                 m.retransmits_sent = m.retransmits_sent.saturating_add(h.retransmits_sent);
+                m.retransmits_rcvd = m.retransmits_rcvd.saturating_add(h.retransmits_rcvd);
                 m.first_ns = m.first_ns.min(h.first_ns);
                 m.last_ns = m.last_ns.max(h.last_ns);
                 m.local = m.local.or(h.local);

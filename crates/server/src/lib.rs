@@ -441,6 +441,7 @@ async fn interface(State(s): Shared) -> Json<Value> {
         "geoip": s.view.geo().map(|g| json!({
             "countries": g.has_countries(),
             "asns": g.has_asns(),
+            "cities": g.has_cities(),
         })),
         "directions": (!local.is_empty()).then(|| {
             let mut m = serde_json::Map::new();
@@ -527,6 +528,9 @@ fn put_geo(v: &mut Value, prefix: &str, geo: Option<&GeoDb>, ip: std::net::IpAdd
     v[format!("{prefix}country")] = json!(found.country.map(|c| c.to_string()));
     v[format!("{prefix}asn")] = json!((found.asn != 0).then_some(found.asn));
     v[format!("{prefix}as_name")] = json!(g.as_name(found.asn, ip));
+    if g.has_cities() {
+        v[format!("{prefix}city")] = json!(g.city(ip));
+    }
 }
 
 fn host_json(h: &Host, geo: Option<&GeoDb>) -> Value {
@@ -547,6 +551,8 @@ fn host_json(h: &Host, geo: Option<&GeoDb>) -> Value {
         "active_flows": h.active_flows,
         // TCP segments it sent again, over all its flows so far.
         "retransmits_sent": h.retransmits_sent,
+        // And the segments its peers sent it again.
+        "retransmits_rcvd": h.retransmits_rcvd,
         // In --local-networks (false when none are set).
         "local": h.local == Some(true),
         "first_seen": h.first_ns / 1_000_000_000,
@@ -572,12 +578,13 @@ async fn hosts(
         "flows" => |h| (h.flows_as_client + h.flows_as_server) as u64,
         "active_flows" => |h| h.active_flows as u64,
         "retransmits" => |h| h.retransmits_sent as u64,
+        "retransmits_rcvd" => |h| h.retransmits_rcvd as u64,
         "first_seen" => |h| h.first_ns,
         "last_seen" => |h| h.last_ns,
         other => {
             return Err(bad(format!(
                 "sort={other:?}: use bytes, packets, sent_bytes, rcvd_bytes, flows, \
-                     active_flows, retransmits, first_seen or last_seen"
+                     active_flows, retransmits, retransmits_rcvd, first_seen or last_seen"
             )))
         }
     };

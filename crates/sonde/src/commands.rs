@@ -90,12 +90,15 @@ pub(crate) fn geoip_command(args: &[String]) -> ExitCode {
             continue;
         };
         let g = db.lookup(ip);
-        let line = serde_json::json!({
+        let mut line = serde_json::json!({
             "ip": ip.to_string(),
             "country": g.country.map(|c| c.to_string()),
             "asn": (g.asn != 0).then_some(g.asn),
             "as_name": db.as_name(g.asn, ip),
         });
+        if db.has_cities() {
+            line["city"] = serde_json::json!(db.city(ip));
+        }
         if writeln!(out, "{line}").is_err() {
             return ExitCode::FAILURE;
         }
