@@ -10,12 +10,15 @@ side and for the other.
 
 from __future__ import annotations
 
+import collections
 import json
+import subprocess
 
 import pytest
 
 import oracle
 from apiclient import get_json, serving
+from conftest import corpus_files
 
 
 def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir):
@@ -91,3 +94,71 @@ def test_flows_and_hosts_show_the_records_tcp_health(sonde_bin, corpus, workdir)
     # ?sort=retransmits and ?sort=retransmits_rcvd put them first.
     assert by_retransmits[0]["retransmits_sent"] == max(h["retransmits_sent"] for h in hosts)
     assert by_received[0]["retransmits_rcvd"] == max(h["retransmits_rcvd"] for h in hosts)
+
+
+def _tshark_tcp_events(pcap):
+    """Per direction ((src, port), (dst, port)): tshark's retransmissions (plain, fast and
+    spurious), out-of-order segments, and how many of the retransmissions were fast or
+    spurious ones (found from duplicate ACKs or the peer's ACK, which sonde does not track)."""
+    fields = ["ip.src", "ipv6.src", "tcp.srcport", "ip.dst", "ipv6.dst", "tcp.dstport",
+              "tcp.analysis.retransmission", "tcp.analysis.fast_retransmission",
+              "tcp.analysis.spurious_retransmission", "tcp.analysis.out_of_order"]
+    p = subprocess.run(
+        ["tshark", "-r", str(pcap), "-Y", " or ".join(fields[6:]), "-T", "fields",
+         "-E", "separator=\t", "-E", "occurrence=l", *[a for f in fields for a in ("-e", f)]],
+        capture_output=True, text=True, timeout=300)
+    assert p.returncode == 0, p.stderr
+    events = collections.defaultdict(collections.Counter)
+    for line in p.stdout.splitlines():
+        f = line.split("\t")
+        # The innermost addresses (a 6in4 tunnel's IPv6 ones).
+        src = (oracle.norm_addr(f[1] or f[0]), int(f[2]))
+        dst = (oracle.norm_addr(f[4] or f[3]), int(f[5]))
+        e = events[(src, dst)]
+        if f[6] or f[7] or f[8]:
+            e["retransmitted"] += 1
+            e["fast_or_spurious"] += bool(f[7] or f[8])
+        else:
+            e["out_of_order"] += 1
+    return events
+
+
+def test_retransmissions_and_out_of_order_agree_with_tshark(sonde, corpus, workdir, tshark_tools):
+    """Over every corpus capture, each direction of each TCP connection: the segments sonde
+    counts as retransmitted or out of order are the ones tshark's analysis flags, in number,
+    and the split between the two follows Wireshark's rule (out of order when it comes within
+    the handshake's round trip of the newest segment). It may differ only by tshark's fast
+    and spurious retransmissions, which need duplicate-ACK and peer-ACK tracking."""
+    pcaps = corpus_files()
+    if not pcaps:
+        pytest.skip("no corpus")
+    compared = with_events = split_differs = 0
+    for pcap in pcaps:
+        out = workdir / f"{pcap.name}.json"
+        p = sonde("-r", pcap, "--flows-out", out, "-q")
+        assert p.returncode == 0, p.stderr
+        got = collections.defaultdict(collections.Counter)
+        for line in out.read_text().splitlines():
+            r = json.loads(line)
+            if r["PROTOCOL"] != 6:
+                continue
+            c = (oracle.norm_addr(r.get("IPV4_SRC_ADDR") or r["IPV6_SRC_ADDR"]), r["L4_SRC_PORT"])
+            s = (oracle.norm_addr(r.get("IPV4_DST_ADDR") or r["IPV6_DST_ADDR"]), r["L4_DST_PORT"])
+            # A connection split into several records (idle or active timeouts) adds up.
+            for side, (a, b) in (("IN", (c, s)), ("OUT", (s, c))):
+                got[(a, b)]["retransmitted"] += r.get(f"RETRANSMITTED_{side}_PKTS", 0)
+                got[(a, b)]["out_of_order"] += r.get(f"OOORDER_{side}_PKTS", 0)
+        want = _tshark_tcp_events(pcap)
+        assert set(want) <= set(got), (pcap.name, set(want) - set(got))
+        for d, g in got.items():
+            w = want.get(d, collections.Counter())
+            compared += 1
+            with_events += bool(w["retransmitted"] + w["out_of_order"])
+            assert g["retransmitted"] + g["out_of_order"] == \
+                w["retransmitted"] + w["out_of_order"], (pcap.name, d, dict(g), dict(w))
+            differs = abs(g["out_of_order"] - w["out_of_order"])
+            assert differs <= w["fast_or_spurious"], (pcap.name, d, dict(g), dict(w))
+            split_differs += differs > 0
+    print(f"{compared} TCP directions, {with_events} with events, split differs in "
+          f"{split_differs}")
+    assert with_events >= 20, with_events

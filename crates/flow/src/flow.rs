@@ -111,10 +111,34 @@ pub struct TcpHealth {
 pub struct SeqTrack {
     /// Sequence number expected next (highest seq + len seen).
     pub next_seq: u32,
-    pub initialized: bool,
-    /// A gap was seen (a segment beyond `next_seq`), so an older segment may be a late filler.
-    pub gap: bool,
+    /// When `next_seq` last moved forward ([`SeqTrack::stamp`]); 0: nothing seen yet.
+    pub advanced_at: u32,
 }
+
+impl SeqTrack {
+    /// A time in units of 1,024 ns, wrapping every 73 minutes (only differences below a
+    /// round trip matter), never 0 (its lowest bit is set).
+    #[inline(always)]
+    pub fn stamp(ts_ns: u64) -> u32 {
+        ((ts_ns >> 10) as u32) | 1
+    }
+
+    /// Nanoseconds since `next_seq` last moved forward.
+    #[inline(always)]
+    fn since_advanced_ns(&self, ts_ns: u64) -> u64 {
+        (Self::stamp(ts_ns).wrapping_sub(self.advanced_at) as u64) << 10
+    }
+
+    #[inline(always)]
+    fn advance(&mut self, next_seq: u32, ts_ns: u64) {
+        self.next_seq = next_seq;
+        self.advanced_at = Self::stamp(ts_ns);
+    }
+}
+
+/// How close to the newest segment an older one must arrive to be out of order rather than
+/// a retransmission when the handshake was not seen (Wireshark's default).
+const OUT_OF_ORDER_DEFAULT_NS: u64 = 3_000_000;
 
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
@@ -525,37 +549,48 @@ impl Flow {
         let seg_len = d.payload_len
             + (flags & tcpflags::SYN != 0) as u32
             + (flags & tcpflags::FIN != 0) as u32;
-        if seg_len == 0 {
-            return;
-        }
         let seq = d.tcp_seq;
         let end = seq.wrapping_add(seg_len);
         let t = &mut self.seq[dir];
-        if !t.initialized {
-            t.initialized = true;
-            t.next_seq = end;
+        if t.advanced_at == 0 || seq == t.next_seq || seq_after(seq, t.next_seq) {
+            // The first segment, the next one, or one after a gap (what came between was
+            // sent but not captured: a bare ACK beyond the newest segment says so too).
+            if seg_len > 0 || t.advanced_at == 0 || seq != t.next_seq {
+                t.advance(end, ts_ns);
+            }
             return;
         }
-        if seq == t.next_seq {
-            t.next_seq = end;
-        } else if seq_after(seq, t.next_seq) {
-            t.gap = true;
-            t.next_seq = end;
-        } else if seq.wrapping_add(1) == t.next_seq && d.payload_len == 1 && seg_len == 1 {
-            // A keep-alive (RFC 1122 §4.2.3.6): one byte already acknowledged, sent to see
-            // whether the peer is there. Not a loss; tshark does not count it either.
+        if seg_len == 0 {
+            return; // A bare ACK repeating a sequence number: nothing was sent again.
+        }
+        if seq.wrapping_add(1) == t.next_seq {
+            if seg_len == 1 && d.payload_len == 1 {
+                // A keep-alive (RFC 1122 §4.2.3.6): one byte already acknowledged, sent to see
+                // whether the peer is there. Not a loss; tshark does not count it either.
+                return;
+            }
+            if seg_len > 1 {
+                // Starts one byte early and brings new data: tshark takes it as new.
+                t.advance(end, ts_ns);
+                return;
+            }
+        }
+        // Older than expected. As Wireshark decides: out of order when it comes within the
+        // handshake's round trip (3 ms without one) of the newest segment and does not end
+        // where that one did; a retransmission otherwise.
+        let rtt_ns = if self.rtt_client_us > 0 && self.rtt_server_us > 0 {
+            (self.rtt_client_us as u64 + self.rtt_server_us as u64) * 1000
         } else {
-            // Older than expected: a late segment filling a gap, or a retransmission.
-            if t.gap {
-                self.out_of_order[dir] += 1;
-                t.gap = false;
-            } else {
-                self.retransmits[dir] += 1;
-                self.last_was_retransmit = true;
-            }
-            if seq_after(end, t.next_seq) {
-                t.next_seq = end;
-            }
+            OUT_OF_ORDER_DEFAULT_NS
+        };
+        if t.since_advanced_ns(ts_ns) < rtt_ns && end != t.next_seq {
+            self.out_of_order[dir] += 1;
+        } else {
+            self.retransmits[dir] += 1;
+            self.last_was_retransmit = true;
+        }
+        if seq_after(end, t.next_seq) {
+            t.advance(end, ts_ns);
         }
     }
 
@@ -643,8 +678,8 @@ mod tests {
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 109, 1), 2);
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 109, 1), 3);
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 100, 10), 4);
-        // One byte that is not the last one sent: a retransmission.
-        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 105, 1), 5);
+        // One byte that is not the last one sent, 10 ms on: a retransmission.
+        feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 105, 1), 10_000_000);
         let f = f.unwrap();
         let d = usize::from(f.key.addr_a[3] != 9);
         assert_eq!(f.retransmits[d], 2);
@@ -668,15 +703,22 @@ mod tests {
     fn retransmission_and_out_of_order() {
         use tcpflags::*;
         let mut f = None;
+        let ms = 1_000_000;
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1000, 100), 1);
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 2);
-        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 3); // retransmission
-        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1300, 100), 4); // gap: 1200..1300 missing
-        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 5); // late filler
+        // The newest segment again, even at once: a retransmission.
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 3);
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1300, 100), 10 * ms); // 1200..1300 missing
+                                                                     // The missing one 1 ms later (no handshake seen: within 3 ms): out of order.
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 11 * ms);
+        // A bare ACK beyond: 1400..1500 was sent but not captured.
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1500, 0), 12 * ms);
+        // An old segment 50 ms after the newest: a retransmission.
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1400, 100), 62 * ms);
         let f = f.unwrap();
-        assert_eq!(f.retransmits[0], 1);
+        assert_eq!(f.retransmits[0], 2);
         assert_eq!(f.out_of_order[0], 1);
-        assert_eq!(f.pkts[0], 5);
+        assert_eq!(f.pkts[0], 7);
     }
 
     #[test]

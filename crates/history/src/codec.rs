@@ -978,8 +978,7 @@ mod tests {
             synack_ns: 8,
             seq: [SeqTrack {
                 next_seq: 99,
-                initialized: true,
-                gap: true,
+                advanced_at: 5,
             }; 2],
             live: true,
             last_was_retransmit: true,
