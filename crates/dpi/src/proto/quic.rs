@@ -1,6 +1,6 @@
 //! QUIC over UDP: the client's Initial packets.
 //!
-//! * IETF QUIC v1, v2 (RFC 9369), drafts 23–34 and Facebook's mvfst versions: the Initial
+//! * IETF QUIC v1, v2 (RFC 9369) and its draft 00, drafts 23–34 and Facebook's mvfst versions: the Initial
 //!   packets are decrypted with the keys every observer can derive from the Destination
 //!   Connection ID (RFC 9001 §5.2), the CRYPTO frames are reassembled in offset order into
 //!   `Scratch::quic_crypto` (the ClientHello may span several Initial packets) and the
@@ -57,6 +57,13 @@ const SALT_T051: [u8; 20] = [
 
 const V1: u32 = 0x0000_0001;
 const V2: u32 = 0x6b33_43cf;
+/// draft-ietf-quic-v2-00: its own salt and v2's key labels, v1's packet types (checked by
+/// decrypting nDPI's quic-v2-00.pcapng: the AEAD tag verifies only with these).
+const V2_DRAFT_00: u32 = 0xff02_0000;
+const SALT_V2_DRAFT_00: [u8; 20] = [
+    0xa7, 0x07, 0xc2, 0x03, 0xa5, 0x9b, 0x47, 0x18, 0x4a, 0x1d, 0x62, 0xca, 0x57, 0x04, 0x06, 0xea,
+    0x7a, 0xe3, 0xe5, 0xd3,
+];
 const Q046: u32 = 0x5130_3436;
 const Q050: u32 = 0x5130_3530;
 const T050: u32 = 0x5430_3530;
@@ -65,8 +72,14 @@ const T051: u32 = 0x5430_3531;
 /// How a version's Initial packets are protected and what they carry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
-    /// Encrypted Initial packets carrying a TLS ClientHello.
-    Tls { salt: &'static [u8; 20], v2: bool },
+    /// Encrypted Initial packets carrying a TLS ClientHello. `v2`: RFC 9369's key labels
+    /// ("quicv2 key") and packet types (Initial is 1); `v2_labels`: the labels alone (the
+    /// first v2 draft kept v1's packet types).
+    Tls {
+        salt: &'static [u8; 20],
+        v2: bool,
+        v2_labels: bool,
+    },
     /// Google Q050: encrypted, CHLO inside.
     Q050,
     /// Google Q046: long header, CHLO in clear.
@@ -76,12 +89,24 @@ enum Kind {
 }
 
 fn version_kind(v: u32) -> Option<Kind> {
-    let tls = |salt| Some(Kind::Tls { salt, v2: false });
+    let tls = |salt| {
+        Some(Kind::Tls {
+            salt,
+            v2: false,
+            v2_labels: false,
+        })
+    };
     match v {
         V1 => tls(&SALT_V1),
         V2 => Some(Kind::Tls {
             salt: &SALT_V2,
             v2: true,
+            v2_labels: true,
+        }),
+        V2_DRAFT_00 => Some(Kind::Tls {
+            salt: &SALT_V2_DRAFT_00,
+            v2: false,
+            v2_labels: true,
         }),
         0xff00_0017..=0xff00_001c => tls(&SALT_DRAFT23),
         0xff00_001d..=0xff00_0020 => tls(&SALT_DRAFT29),
@@ -221,11 +246,15 @@ fn client_datagram(pl: &[u8], f: &mut Flow) {
         }
         let Some(v) = get_u32(pkt, 1) else { return };
         let kind = match version_kind(v) {
-            Some(Kind::Tls { salt, v2 }) => (salt, v2, false),
-            Some(Kind::Q050) => (&SALT_Q050, false, true),
+            Some(Kind::Tls {
+                salt,
+                v2,
+                v2_labels,
+            }) => (salt, v2, v2_labels, false),
+            Some(Kind::Q050) => (&SALT_Q050, false, false, true),
             _ => return,
         };
-        let (salt, v2, chlo) = kind;
+        let (salt, v2, v2_labels, chlo) = kind;
         let Some(&dl) = pkt.get(5) else { return };
         let dl = usize::from(dl);
         let Some(dcid) = pkt.get(6..6 + dl) else {
@@ -254,7 +283,7 @@ fn client_datagram(pl: &[u8], f: &mut Flow) {
         };
         if ptype == initial {
             match pkt.get(..end) {
-                Some(whole) => initial_packet(whole, i, dcid, salt, v2, chlo, f),
+                Some(whole) => initial_packet(whole, i, dcid, salt, v2_labels, chlo, f),
                 // Cut by the capture: it will not get better.
                 None if flags(f) & F_DECRYPTED == 0 => set_flag(f, F_DONE),
                 None => {}
@@ -678,6 +707,19 @@ mod tests {
         assert_eq!(
             tls(&f).ja3.as_deref(),
             Some("5e685944fc983af5eabcc813add3dca1")
+        );
+    }
+
+    /// draft-ietf-quic-v2-00 (0xff020000), nDPI's quic-v2-00.pcapng: v1's packet types.
+    #[test]
+    fn v2_draft_00() {
+        let (f, v) = run(include_str!("testdata/quic_v2_draft00.txt"));
+        assert_eq!(f.meta.quic_version, Some(0xff02_0000));
+        assert_eq!(v, [Proto::QUIC.is(true)]);
+        assert!(
+            tls(&f).alpn.as_deref().unwrap_or("").starts_with("h3-34"),
+            "{:?}",
+            tls(&f)
         );
     }
 
