@@ -12,13 +12,14 @@ For every capture of the corpus:
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 import oracle
 import report
-from conftest import corpus_files
+from conftest import REPO, corpus_files
 
 CAPTURES = corpus_files()
 
@@ -56,6 +57,24 @@ def test_capture_matches_tshark(pcap, sonde, corpus, tshark_tools, workdir):
         if not res.checks_failed and not res.mismatches:
             res.checks_failed.append(str(e).splitlines()[0] if str(e) else "assertion failed")
         raise
+
+
+NDPI_SET = Path(os.environ.get("SONDE_NDPI_TESTS", str(REPO / ".cache" / "ndpi-4.2")))
+
+
+def test_capwap_inner_flows_match_tshark(sonde, tshark_tools, workdir):
+    """CAPWAP's data channel (nDPI 4.2's capwap.pcap: a Cisco access point's 802.11 frames,
+    their frame control swapped): sonde peels it as tshark does, so the DHCP inside is its own
+    flow with tshark's counts, and every other conversation matches too."""
+    pcap = NDPI_SET / "pcap" / "capwap.pcap"
+    if not pcap.exists():
+        pytest.fail(f"{pcap} missing: run scripts/fetch-ndpi-tests.sh (scripts/setup-test-deps.sh "
+                    "does)", pytrace=False)
+    res = report.CaptureResult(pcap.name)
+    _check(pcap, sonde, workdir, res)
+    records = oracle.load_jsonl(str(workdir / "flows.jsonl"))
+    dhcp = [r for r in records if r.get("TUNNEL") == "capwap" and r["L4_DST_PORT"] == 67]
+    assert dhcp and sum(r["IN_PKTS"] for r in dhcp) == 5, dhcp
 
 
 def _check(pcap: Path, sonde, workdir: Path, res: report.CaptureResult) -> None:

@@ -74,6 +74,8 @@ pub enum Tunnel {
     Vxlan,
     GtpU,
     IpInIp,
+    /// CAPWAP's data channel (wireless access points to their controller).
+    Capwap,
 }
 
 impl Tunnel {
@@ -84,6 +86,7 @@ impl Tunnel {
             Tunnel::Vxlan => "vxlan",
             Tunnel::GtpU => "gtp-u",
             Tunnel::IpInIp => "ip-in-ip",
+            Tunnel::Capwap => "capwap",
         }
     }
 
@@ -95,6 +98,7 @@ impl Tunnel {
             Tunnel::Vxlan,
             Tunnel::GtpU,
             Tunnel::IpInIp,
+            Tunnel::Capwap,
         ]
         .into_iter()
         .find(|t| *t as u8 == n)
@@ -170,6 +174,7 @@ const ETH_PPP: u16 = 0x880B;
 
 const UDP_VXLAN: u16 = 4789;
 const UDP_GTPU: u16 = 2152;
+const UDP_CAPWAP_DATA: u16 = 5247;
 
 /// Stateful decoder: holds the fragment table and its counters. One per shard (or per reader).
 pub struct Decoder {
@@ -268,7 +273,8 @@ fn fast_ethernet_ipv4(data: &[u8], wire_len: usize, out: &mut Decoded) -> bool {
     let dport = u16::from_be_bytes([d[36], d[37]]);
     let (payload_len, payload_offset, flags, seq, ack) = match proto {
         ipproto::UDP => {
-            if total < 28 || dport == UDP_VXLAN || dport == UDP_GTPU || sport == UDP_GTPU {
+            let tunnel = |p: u16| p == UDP_GTPU || p == UDP_CAPWAP_DATA;
+            if total < 28 || dport == UDP_VXLAN || tunnel(dport) || tunnel(sport) {
                 return false;
             }
             (total - 28, 42, 0, 0, 0)
@@ -686,6 +692,9 @@ impl Parse<'_, '_> {
                     if dport == UDP_GTPU || sport == UDP_GTPU {
                         return Ok(self.try_tunnel(Tunnel::GtpU, |p| p.gtpu(off + 8, len - 8)));
                     }
+                    if dport == UDP_CAPWAP_DATA || sport == UDP_CAPWAP_DATA {
+                        return Ok(self.try_tunnel(Tunnel::Capwap, |p| p.capwap(off + 8)));
+                    }
                 }
                 Ok(Outcome::Ip)
             }
@@ -762,6 +771,63 @@ impl Parse<'_, '_> {
             return Ok(Outcome::NonIp);
         }
         self.ethernet(off + 8)
+    }
+
+    /// CAPWAP data (RFC 5415 §4.3, UDP 5247): a header of HLEN 4-byte words, then an IEEE
+    /// 802.3 frame (T = 0) or, for wireless binding 1, an IEEE 802.11 frame (T = 1).
+    /// Fragments, keep-alives and other bindings stand as the outer flow, as does DTLS
+    /// (preamble type 1).
+    fn capwap(&mut self, off: usize) -> Result<Outcome, Malformed> {
+        let Some(h) = self.data.get(off..off + 8) else {
+            return Ok(Outcome::NonIp);
+        };
+        let hlen = usize::from(h[1] >> 3) * 4;
+        let binding = (h[2] >> 1) & 0x1f;
+        let native = h[2] & 0x01 != 0;
+        let (fragment, keep_alive) = (h[3] & 0x80 != 0, h[3] & 0x08 != 0);
+        if h[0] != 0 || hlen < 8 || fragment || keep_alive {
+            return Ok(Outcome::NonIp);
+        }
+        match (native, binding) {
+            (false, _) => self.ethernet(off + hlen),
+            (true, 1) => self.ieee80211(off + hlen),
+            _ => Ok(Outcome::NonIp),
+        }
+    }
+
+    /// An IEEE 802.11 data frame (IEEE 802.11-2020 §9.2.4.1, §9.3.2.1): the MAC header (24
+    /// bytes; 30 with a fourth address; 2 more with QoS control, 4 more with HT control), then
+    /// LLC/SNAP and an EtherType. Cisco controllers send the frame control's two bytes swapped.
+    /// Null and protected (encrypted) frames carry nothing to read.
+    fn ieee80211(&mut self, off: usize) -> Result<Outcome, Malformed> {
+        let Some(fc) = self.data.get(off..off + 2) else {
+            return Ok(Outcome::NonIp);
+        };
+        // Protocol version 0, type 2 (data).
+        let is_data = |b: u8| b & 0x0f == 0x08;
+        let (fc0, flags) = match (is_data(fc[0]), is_data(fc[1])) {
+            (true, _) => (fc[0], fc[1]),
+            (false, true) => (fc[1], fc[0]),
+            _ => return Ok(Outcome::NonIp),
+        };
+        let (null, qos) = (fc0 & 0x40 != 0, fc0 & 0x80 != 0);
+        let (four_addresses, protected, order) =
+            (flags & 0x03 == 0x03, flags & 0x40 != 0, flags & 0x80 != 0);
+        if null || protected {
+            return Ok(Outcome::NonIp);
+        }
+        let hdr = 24
+            + if four_addresses { 6 } else { 0 }
+            + if qos { 2 } else { 0 }
+            + if qos && order { 4 } else { 0 };
+        let llc = off + hdr;
+        let Some(snap) = self.data.get(llc..llc + 8) else {
+            return Ok(Outcome::NonIp);
+        };
+        if snap[..6] != [0xaa, 0xaa, 0x03, 0, 0, 0] {
+            return Ok(Outcome::NonIp);
+        }
+        self.ethertype(u16::from_be_bytes([snap[6], snap[7]]), llc + 8, 0)
     }
 
     fn gtpu(&mut self, off: usize, len: usize) -> Result<Outcome, Malformed> {

@@ -628,3 +628,100 @@ fn fast_path_matches_general_decoder() {
     }
     assert!(checked > 1000);
 }
+
+/// CAPWAP data: an 802.11 frame (Cisco's swapped frame control, as nDPI's capwap.pcap has it,
+/// and the standard order with QoS), an 802.3 frame; DTLS, fragments and encrypted frames
+/// stand as the outer flow.
+#[test]
+fn capwap_data_inner_flows() {
+    let inner_ip = ipv4(
+        17,
+        [0, 0, 0, 0],
+        [255, 255, 255, 255],
+        0,
+        1,
+        &udp(68, 67, b"dhcp"),
+    );
+    let outer = |capwap: &[u8]| {
+        eth(
+            0x0800,
+            &ipv4(
+                17,
+                [10, 0, 0, 10],
+                [10, 0, 0, 9],
+                0,
+                1,
+                &udp(12380, 5247, capwap),
+            ),
+        )
+    };
+    // Header: HLEN 4 words, radio 1, binding 1 (802.11), T set, W set; 4 bytes of wireless
+    // information and padding.
+    let header = [
+        0x00, 0x20, 0x43, 0x20, 0, 0, 0, 0, 0x01, 0x04, 0xed, 0x4d, 0, 0, 0, 0,
+    ];
+    let wlan = |fc: [u8; 2], extra: usize, snap_ok: bool| {
+        let mut v = header.to_vec();
+        v.extend_from_slice(&fc);
+        v.extend_from_slice(&[0u8; 22]);
+        v.extend(std::iter::repeat_n(0u8, extra));
+        let snap: &[u8] = if snap_ok {
+            &[0xaa, 0xaa, 3, 0, 0, 0]
+        } else {
+            &[0xf0, 0xf0, 3, 0, 0, 0]
+        };
+        v.extend_from_slice(snap);
+        v.extend_from_slice(&[0x08, 0x00]);
+        v.extend_from_slice(&inner_ip);
+        v
+    };
+    let inner_flow = |f: Vec<u8>| {
+        let (r, d) = decode(LinkType::Ethernet, &f);
+        assert_eq!(r, Ok(Outcome::Ip));
+        (d.tunnel, d.sport, d.dport)
+    };
+    let dhcp = (Tunnel::Capwap, 68, 67);
+    let outer_flow = (Tunnel::None, 12380, 5247);
+    assert_eq!(
+        inner_flow(outer(&wlan([0x01, 0x08], 0, true))),
+        dhcp,
+        "swapped"
+    );
+    assert_eq!(
+        inner_flow(outer(&wlan([0x88, 0x01], 2, true))),
+        dhcp,
+        "QoS data"
+    );
+    assert_eq!(
+        inner_flow(outer(&wlan([0x88, 0x03], 8, true))),
+        dhcp,
+        "four addresses, QoS"
+    );
+    assert_eq!(
+        inner_flow(outer(&wlan([0x08, 0x41], 0, true))),
+        outer_flow,
+        "protected"
+    );
+    assert_eq!(
+        inner_flow(outer(&wlan([0x48, 0x01], 0, true))),
+        outer_flow,
+        "null data"
+    );
+    assert_eq!(
+        inner_flow(outer(&wlan([0x08, 0x01], 0, false))),
+        outer_flow,
+        "no SNAP"
+    );
+    // 802.3 inside (T clear).
+    let mut e = vec![0x00, 0x10, 0x42, 0x00, 0, 0, 0, 0];
+    e.extend_from_slice(&eth(0x0800, &inner_ip));
+    assert_eq!(inner_flow(outer(&e)), dhcp, "802.3");
+    // A fragment, and DTLS (preamble type 1).
+    let mut frag = wlan([0x01, 0x08], 0, true);
+    frag[3] |= 0x80;
+    assert_eq!(inner_flow(outer(&frag)), outer_flow);
+    let mut dtls = wlan([0x01, 0x08], 0, true);
+    dtls[0] = 0x01;
+    assert_eq!(inner_flow(outer(&dtls)), outer_flow);
+    assert_eq!(inner_flow(outer(&header[..5])), outer_flow, "cut header");
+}
