@@ -6,6 +6,7 @@ bytes per direction, application labels) and their hosts, and keep a producer's 
 from __future__ import annotations
 
 import collections
+import contextlib
 import ipaddress
 import json
 import shutil
@@ -317,18 +318,17 @@ def test_plays_ntopng_receiving_sondes_messages(sonde_bin, corpus, workdir):
                                 for r in exported)
         assert any(f.get("DST_IP_COUNTRY") and int(f.get("17", 0)) for f in flows)
 
-
-def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
-    """A pyzmq PUB plays nProbe: hand-built 24-byte headers and JSON with numeric keys, one
-    payload zlib-compressed (0x00 + zlib), a `counter` message (skipped and counted), a gap in
-    the message ids (counted as lost), an id sonde cannot name (counted, kept), a one-part
-    message (an error, said once on stderr); sonde collects the flows with their counters."""
+@contextlib.contextmanager
+def _ntopng_collector(sonde_bin, flows_out: Path, stats_out: Path):
+    """An XPUB playing nProbe (it hears when sonde has subscribed) and `sonde --collect
+    zmq+tcp://…?format=ntopng` connected to it: yields (pub, process) once subscribed; on leaving,
+    waits for the last messages, stops sonde and checks it exited cleanly (its stderr is then
+    `process.stderr_text`)."""
     zmq = _zmq()
     port = _free_tcp_port()
     ctx = zmq.Context()
-    pub = ctx.socket(zmq.XPUB)  # a PUB that hears when sonde has subscribed
+    pub = ctx.socket(zmq.XPUB)
     pub.bind(f"tcp://127.0.0.1:{port}")
-    flows_out, stats_out = workdir / "nprobe-up.jsonl", workdir / "nprobe-up.json"
     up = subprocess.Popen(
         [str(sonde_bin), "--collect", f"zmq+tcp://127.0.0.1:{port}?format=ntopng",
          "--duration", "60", "--flows-out", str(flows_out), "--stats-json", str(stats_out),
@@ -337,6 +337,24 @@ def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
     try:
         pub.setsockopt(zmq.RCVTIMEO, 15000)
         assert pub.recv()[:1] == b"\x01", "sonde did not subscribe"
+        yield pub, up
+        time.sleep(1.5)  # the last messages reach the collector
+        up.send_signal(signal.SIGINT)
+        _, up.stderr_text = up.communicate(timeout=60)
+    finally:
+        if up.poll() is None:
+            up.kill()
+        ctx.destroy(linger=0)
+    assert up.returncode == 0, up.stderr_text
+
+
+def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
+    """A pyzmq PUB plays nProbe: hand-built 24-byte headers and JSON with numeric keys, one
+    payload zlib-compressed (0x00 + zlib), a `counter` message (skipped and counted), a gap in
+    the message ids (counted as lost), an id sonde cannot name (counted, kept), a one-part
+    message (an error, said once on stderr); sonde collects the flows with their counters."""
+    flows_out, stats_out = workdir / "nprobe-up.jsonl", workdir / "nprobe-up.json"
+    with _ntopng_collector(sonde_bin, flows_out, stats_out) as (pub, up):
 
         def header(topic: bytes, msg_id: int, size: int, version: int = 2) -> bytes:
             return struct.pack("<16sBBH", topic, version, 3, size) + struct.pack(">I", msg_id)
@@ -359,14 +377,7 @@ def test_plays_nprobe_sending_to_sonde(sonde_bin, workdir):
         one = json.dumps(flow(4)).encode()  # a single object, after a gap: ids 4 to 6 lost
         pub.send_multipart([header(b"flow", 7, len(one)), one])
         pub.send(b"[]")  # one part: not ntopng's framing
-        time.sleep(1.5)
-        up.send_signal(signal.SIGINT)
-        _, err = up.communicate(timeout=60)
-    finally:
-        if up.poll() is None:
-            up.kill()
-        ctx.destroy(linger=0)
-    assert up.returncode == 0, err
+    err = up.stderr_text
     c = json.loads(stats_out.read_text())["collected"]
     assert (c["decoded"], c["skipped_topics"], c["lost_messages"], c["unknown_keys"],
             c["errors"]) == (4, 1, 3, 1, 1), c
@@ -408,7 +419,6 @@ def test_collects_flows_libndpi_serialized_as_tlv(sonde_bin, workdir, ndpi_tlv):
     (as nProbe sends them), IPv6 ones as text, counters of every width, a string key; in the
     24-byte header (version 3) and the 36-byte one (TLV flag, plain and zlib). sonde collects
     every flow with its addresses, ports and counters."""
-    zmq = _zmq()
 
     def items(i: int, v6: bool = False) -> str:
         lines = [f"n 27 s 2001:db8::{i}", "n 28 s 2001:db8::ff"] if v6 else [
@@ -426,19 +436,8 @@ def test_collects_flows_libndpi_serialized_as_tlv(sonde_bin, workdir, ndpi_tlv):
         assert p.returncode == 0, p.stderr
         return p.stdout
 
-    port = _free_tcp_port()
-    ctx = zmq.Context()
-    pub = ctx.socket(zmq.XPUB)
-    pub.bind(f"tcp://127.0.0.1:{port}")
     flows_out, stats_out = workdir / "tlv-up.jsonl", workdir / "tlv-up.json"
-    up = subprocess.Popen(
-        [str(sonde_bin), "--collect", f"zmq+tcp://127.0.0.1:{port}?format=ntopng",
-         "--duration", "60", "--flows-out", str(flows_out), "--stats-json", str(stats_out),
-         "--idle-timeout", "100000", "-q"],
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
-    try:
-        pub.setsockopt(zmq.RCVTIMEO, 15000)
-        assert pub.recv()[:1] == b"\x01", "sonde did not subscribe"
+    with _ntopng_collector(sonde_bin, flows_out, stats_out) as (pub, up):
         two = tlv(items(1), items(2))
         pub.send_multipart([_tlv_header(3, 1, False), two])
         three = tlv(items(3))
@@ -447,14 +446,7 @@ def test_collects_flows_libndpi_serialized_as_tlv(sonde_bin, workdir, ndpi_tlv):
         z = zlib.compress(four)
         pub.send_multipart([_tlv_header(2 | 4, 3, True, (len(four), len(z))), z])
         pub.send_multipart([_tlv_header(3, 4, False), two[:-3]])  # cut inside an item
-        time.sleep(1.5)
-        up.send_signal(signal.SIGINT)
-        _, err = up.communicate(timeout=60)
-    finally:
-        if up.poll() is None:
-            up.kill()
-        ctx.destroy(linger=0)
-    assert up.returncode == 0, err
+    err = up.stderr_text
     c = json.loads(stats_out.read_text())["collected"]
     assert (c["decoded"], c["errors"], c["suspect"]) == (4, 1, 0), c
     assert "TLV payload" in err and "damaged" in err, err
