@@ -34,6 +34,20 @@ def error(base, path):
     raise AssertionError(f"{path} did not fail")
 
 
+def wait_for_whole_file(base: str, proc, packets: int, timeout: float = 30) -> None:
+    """Waits until the API of `proc` (a sonde reading a file) counts all `packets` of it."""
+    deadline = time.time() + timeout
+    while True:
+        try:
+            if get_json(base, "/api/v1/interface")["packets"] == packets:
+                return
+        except (urllib.error.URLError, ConnectionError):
+            pass
+        assert time.time() < deadline, "the API never showed the whole file"
+        assert proc.poll() is None, proc.stderr.read()
+        time.sleep(0.1)
+
+
 @contextlib.contextmanager
 def serving(sonde_bin, pcap, *args, duration=60):
     """sonde reading `pcap` with the API on a free port (no logins) and `args`, yielded as
@@ -49,17 +63,7 @@ def serving(sonde_bin, pcap, *args, duration=60):
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     try:
-        want = oracle.capinfos_packets(str(pcap))
-        deadline = time.time() + 30
-        while True:
-            try:
-                if get_json(base, "/api/v1/interface")["packets"] == want:
-                    break
-            except (urllib.error.URLError, ConnectionError):
-                pass
-            assert time.time() < deadline, "the API never showed the whole file"
-            assert proc.poll() is None, proc.stderr.read()
-            time.sleep(0.1)
+        wait_for_whole_file(base, proc, oracle.capinfos_packets(str(pcap)))
         yield base, proc
     finally:
         if proc.poll() is None:

@@ -20,7 +20,7 @@ import pytest
 from conftest import free_port
 
 import oracle
-from apiclient import error as _error, get as _get, get_json as _json
+from apiclient import error as _error, get as _get, get_json as _json, wait_for_whole_file
 
 
 
@@ -67,16 +67,7 @@ def _serve(sonde_bin, pcap, workdir):
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     base = f"http://127.0.0.1:{port}"
     want = oracle.capinfos_packets(str(pcap))
-    deadline = time.time() + 20
-    while True:
-        try:
-            if _json(base, "/api/v1/interface")["packets"] == want:
-                break
-        except (urllib.error.URLError, ConnectionError):
-            pass
-        assert time.time() < deadline, "the API never showed the whole file"
-        assert proc.poll() is None, proc.stderr.read()
-        time.sleep(0.1)
+    wait_for_whole_file(base, proc, want, timeout=20)
     return Served(proc, base, pcap, want, stats, sonde_bin)
 
 
