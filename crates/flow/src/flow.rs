@@ -554,8 +554,12 @@ impl Flow {
         let t = &mut self.seq[dir];
         if t.advanced_at == 0 || seq == t.next_seq || seq_after(seq, t.next_seq) {
             // The first segment, the next one, or one after a gap (what came between was
-            // sent but not captured: a bare ACK beyond the newest segment says so too).
-            if seg_len > 0 || t.advanced_at == 0 || seq != t.next_seq {
+            // sent but not captured: a bare ACK beyond the newest segment says so too). A
+            // RST's sequence number moves nothing: a forged one would make every later
+            // segment look old.
+            let bare = seg_len == 0;
+            let moves = !bare || t.advanced_at == 0 || seq != t.next_seq;
+            if moves && !(bare && flags & tcpflags::RST != 0) {
                 t.advance(end, ts_ns);
             }
             return;
@@ -708,8 +712,9 @@ mod tests {
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 2);
         // The newest segment again, even at once: a retransmission.
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 3);
-        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1300, 100), 10 * ms); // 1200..1300 missing
-                                                                     // The missing one 1 ms later (no handshake seen: within 3 ms): out of order.
+        // 1200..1300 missing, then it comes 1 ms later (no handshake seen: within 3 ms):
+        // out of order.
+        feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1300, 100), 10 * ms);
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 11 * ms);
         // A bare ACK beyond: 1400..1500 was sent but not captured.
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1500, 0), 12 * ms);
@@ -719,6 +724,14 @@ mod tests {
         assert_eq!(f.retransmits[0], 2);
         assert_eq!(f.out_of_order[0], 1);
         assert_eq!(f.pkts[0], 7);
+        // A forged RST far ahead: the next segments are new, not old.
+        let mut g = None;
+        feed(&mut g, &pkt(1, 2, 1000, 80, ACK, 1000, 100), 1);
+        feed(&mut g, &pkt(1, 2, 1000, 80, RST, 2_000_000_000, 0), 2 * ms);
+        feed(&mut g, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 30 * ms);
+        feed(&mut g, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 60 * ms);
+        let g = g.unwrap();
+        assert_eq!((g.retransmits[0], g.out_of_order[0]), (0, 0));
     }
 
     #[test]

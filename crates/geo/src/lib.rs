@@ -270,6 +270,8 @@ pub struct GeoDb {
     as_ranges: Option<RangeTable>,
     /// AS names from the CSV files (an `.mmdb` AS database keeps them per network).
     as_names: HashMap<u32, String>,
+    /// A country database is a City one (read once at start: asked per exported record).
+    cities: bool,
     dir: PathBuf,
 }
 
@@ -295,6 +297,7 @@ impl GeoDb {
             as_mmdb: Vec::new(),
             as_ranges: None,
             as_names: HashMap::new(),
+            cities: false,
             dir: dir.to_path_buf(),
         };
         let name = |p: &Path| {
@@ -391,6 +394,12 @@ impl GeoDb {
                 })?);
             }
         }
+        db.cities = db.countries.iter().any(|(_, r)| {
+            r.metadata()
+                .database_type
+                .to_ascii_lowercase()
+                .contains("city")
+        });
         if !db.has_countries() && !db.has_asns() {
             return Err(err(format!(
                 "no GeoIP database in {}: {HELP}",
@@ -435,12 +444,7 @@ impl GeoDb {
     /// Whether a country database is a City one (GeoLite2-City, DB-IP City Lite): then
     /// [`GeoDb::city`] can name places.
     pub fn has_cities(&self) -> bool {
-        self.countries.iter().any(|(_, r)| {
-            r.metadata()
-                .database_type
-                .to_ascii_lowercase()
-                .contains("city")
-        })
+        self.cities
     }
 
     /// The city of `ip` (its English name), from a City database; `None` for special-purpose

@@ -72,12 +72,12 @@ const T051: u32 = 0x5430_3531;
 /// How a version's Initial packets are protected and what they carry.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 enum Kind {
-    /// Encrypted Initial packets carrying a TLS ClientHello. `v2`: RFC 9369's key labels
-    /// ("quicv2 key") and packet types (Initial is 1); `v2_labels`: the labels alone (the
-    /// first v2 draft kept v1's packet types).
+    /// Encrypted Initial packets carrying a TLS ClientHello. `v2_types`: RFC 9369's packet
+    /// types (Initial is 1); `v2_labels`: its key labels ("quicv2 key"). RFC 9369 has both,
+    /// its first draft only the labels.
     Tls {
         salt: &'static [u8; 20],
-        v2: bool,
+        v2_types: bool,
         v2_labels: bool,
     },
     /// Google Q050: encrypted, CHLO inside.
@@ -92,7 +92,7 @@ fn version_kind(v: u32) -> Option<Kind> {
     let tls = |salt| {
         Some(Kind::Tls {
             salt,
-            v2: false,
+            v2_types: false,
             v2_labels: false,
         })
     };
@@ -100,12 +100,12 @@ fn version_kind(v: u32) -> Option<Kind> {
         V1 => tls(&SALT_V1),
         V2 => Some(Kind::Tls {
             salt: &SALT_V2,
-            v2: true,
+            v2_types: true,
             v2_labels: true,
         }),
         V2_DRAFT_00 => Some(Kind::Tls {
             salt: &SALT_V2_DRAFT_00,
-            v2: false,
+            v2_types: false,
             v2_labels: true,
         }),
         0xff00_0017..=0xff00_001c => tls(&SALT_DRAFT23),
@@ -248,13 +248,13 @@ fn client_datagram(pl: &[u8], f: &mut Flow) {
         let kind = match version_kind(v) {
             Some(Kind::Tls {
                 salt,
-                v2,
+                v2_types,
                 v2_labels,
-            }) => (salt, v2, v2_labels, false),
+            }) => (salt, v2_types, v2_labels, false),
             Some(Kind::Q050) => (&SALT_Q050, false, false, true),
             _ => return,
         };
-        let (salt, v2, v2_labels, chlo) = kind;
+        let (salt, v2_types, v2_labels, chlo) = kind;
         let Some(&dl) = pkt.get(5) else { return };
         let dl = usize::from(dl);
         let Some(dcid) = pkt.get(6..6 + dl) else {
@@ -263,7 +263,7 @@ fn client_datagram(pl: &[u8], f: &mut Flow) {
         let Some(&sl) = pkt.get(6 + dl) else { return };
         let mut i = 7 + dl + usize::from(sl);
         let ptype = (b0 >> 4) & 3;
-        let initial = if v2 { 1 } else { 0 };
+        let initial = if v2_types { 1 } else { 0 };
         if ptype == initial {
             let Some(tok) = varint(pkt, &mut i) else {
                 return;
@@ -272,7 +272,7 @@ fn client_datagram(pl: &[u8], f: &mut Flow) {
                 return;
             };
             i = j;
-        } else if ptype == 3 && !v2 || ptype == 0 && v2 {
+        } else if ptype == 3 && !v2_types || ptype == 0 && v2_types {
             return; // Retry: no length, nothing for us
         }
         let Some(len) = varint(pkt, &mut i).and_then(|l| usize::try_from(l).ok()) else {
@@ -323,14 +323,14 @@ fn decrypt_initial(
     pn_offset: usize,
     dcid: &[u8],
     salt: &[u8; 20],
-    v2: bool,
+    v2_labels: bool,
     buf: &mut [u8; MAX_PKT],
 ) -> Option<(usize, usize)> {
     let (_, hk) = Hkdf::<Sha256>::extract(Some(salt), dcid);
     let mut secret = [0u8; 32];
     expand_label(&hk, b"client in", &mut secret)?;
     let hk = Hkdf::<Sha256>::from_prk(&secret).ok()?;
-    let (lk, liv, lhp): (&[u8], &[u8], &[u8]) = if v2 {
+    let (lk, liv, lhp): (&[u8], &[u8], &[u8]) = if v2_labels {
         (b"quicv2 key", b"quicv2 iv", b"quicv2 hp")
     } else {
         (b"quic key", b"quic iv", b"quic hp")
@@ -379,12 +379,13 @@ fn initial_packet(
     pn_offset: usize,
     dcid: &[u8],
     salt: &[u8; 20],
-    v2: bool,
+    v2_labels: bool,
     gquic: bool,
     f: &mut Flow,
 ) {
     let mut buf = [0u8; MAX_PKT];
-    let Some((start, end)) = decrypt_initial(pkt, pn_offset, dcid, salt, v2, &mut buf) else {
+    let Some((start, end)) = decrypt_initial(pkt, pn_offset, dcid, salt, v2_labels, &mut buf)
+    else {
         // Not readable (cut by the capture, or not a real Initial): recognised, no details.
         if flags(f) & F_DECRYPTED == 0 {
             set_flag(f, F_DONE);
