@@ -73,6 +73,9 @@ pub(crate) fn restore(h: &mut Host, c: &CachedHost) {
     h.flows_as_server += c.flows_as_server;
 }
 
+/// Hosts per message when a shard hands over all it holds at the end.
+pub(crate) const HANDOVER_CHUNK: usize = 2048;
+
 type CacheThread = JoinHandle<Result<HostCacheReport, String>>;
 
 /// Opens the cache of `dir`, holding at most `max_entries` hosts, and starts its thread;
@@ -84,7 +87,9 @@ pub(crate) fn start(
 ) -> Result<(Sender<CacheMsg>, CacheThread), String> {
     let cache = HostCache::open_with_capacity(dir, max_entries)
         .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
-    let (tx, rx) = crossbeam_channel::bounded::<CacheMsg>(1024);
+    // Messages, not hosts: a shard's last hand-over is up to HANDOVER_CHUNK hosts a message,
+    // so at most 256 × 2048 × 104 B (54 MB) of hosts wait here while the log is written.
+    let (tx, rx) = crossbeam_channel::bounded::<CacheMsg>(256);
     let h = std::thread::Builder::new()
         .name("host-cache".into())
         .spawn(move || run(cache, rx, replies))
@@ -102,9 +107,9 @@ fn run(
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {
             Ok(CacheMsg::Put(hosts)) => {
-                for h in &hosts {
-                    cache.put(&h.key, &cached(h)).map_err(err)?;
-                }
+                cache
+                    .put_many(hosts.iter().map(|h| (&h.key, cached(h))))
+                    .map_err(err)?;
             }
             Ok(CacheMsg::Lookup(shard, keys)) => {
                 let mut found = Vec::new();
@@ -119,9 +124,9 @@ fn run(
                         .map(|tx| tx.send(CacheReply::Found(found.clone())));
                     if !matches!(sent, Some(Ok(()))) {
                         // Nobody to give them to: they stay cached.
-                        for (k, c) in &found {
-                            cache.put(k, c).map_err(err)?;
-                        }
+                        cache
+                            .put_many(found.iter().map(|(k, c)| (k, *c)))
+                            .map_err(err)?;
                     }
                 }
             }

@@ -724,7 +724,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     let (sink_tx, sink) = if sinks.is_empty() {
         (None, None)
     } else {
-        let (tx, rx) = bounded::<Vec<FlowRecord>>(64);
+        // Only a hand-over: the sinks' own queues hold what waits (a batch here is up to
+        // 8192 records, 2.5 MB).
+        let (tx, rx) = bounded::<Vec<FlowRecord>>(2);
         let h = std::thread::Builder::new()
             .name("sink-dispatch".into())
             .spawn(move || -> SinkResult {

@@ -361,10 +361,16 @@ impl ShardCtx {
             }
         }
         self.restore_hosts(found);
-        let hosts: Vec<Host> = self.engine.hosts().iter().copied().collect();
+        // In chunks copied as they go: a million hosts are 104 MB, which need not be copied
+        // all at once.
         if let Some(c) = self.host_cache.take() {
-            for chunk in hosts.chunks(1 << 12) {
-                let _ = c.tx.send(CacheMsg::Put(chunk.to_vec()));
+            let chunk = crate::host_cache::HANDOVER_CHUNK;
+            let mut hosts = self.engine.hosts().iter().copied().peekable();
+            while hosts.peek().is_some() {
+                let part: Vec<Host> = hosts.by_ref().take(chunk).collect();
+                if c.tx.send(CacheMsg::Put(part)).is_err() {
+                    break;
+                }
             }
         }
     }

@@ -79,8 +79,14 @@ pub struct QueueOptions {
     pub batches: usize,
 }
 
-/// Batches a sink's queue holds unless told otherwise.
+/// Batches a sink's queue holds unless told otherwise, when it drops what does not fit: room
+/// for a burst while the destination is slow.
 pub const DEFAULT_QUEUE_BATCHES: usize = 16;
+
+/// Batches a blocking queue holds unless told otherwise. It waits instead of absorbing bursts,
+/// so a few batches keep its sink busy; more would only hold records in memory (a batch of
+/// 8192 records is about 2.5 MB).
+pub const BLOCKING_QUEUE_BATCHES: usize = 4;
 
 /// The queue options a sink's URL asks for (`?when_full=block&queue=256`); what it does not
 /// say comes from the sink's kind ([`SinkKind::queue`]).
@@ -251,9 +257,13 @@ impl SinkKind {
         } else {
             WhenFull::Block
         };
+        let when_full = req.when_full.unwrap_or(default);
         QueueOptions {
-            when_full: req.when_full.unwrap_or(default),
-            batches: req.batches.unwrap_or(DEFAULT_QUEUE_BATCHES),
+            when_full,
+            batches: req.batches.unwrap_or(match when_full {
+                WhenFull::Block => BLOCKING_QUEUE_BATCHES,
+                WhenFull::DropNewest => DEFAULT_QUEUE_BATCHES,
+            }),
         }
     }
 }

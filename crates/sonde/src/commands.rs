@@ -186,10 +186,12 @@ pub(crate) fn print_sinks() {
         );
     }
     println!(
-        "\nQueue options go after the URL: ?when_full=block|drop_newest&queue=BATCHES (default {}).\n\
+        "\nQueue options go after the URL: ?when_full=block|drop_newest&queue=BATCHES (default {}\n\
+         when it drops, {} when it blocks).\n\
          'when full' is the default on live inputs (-i, --collect); on a file or synthetic input\n\
          every sink blocks unless its URL says otherwise.",
-        sonde_probe::sinks::DEFAULT_QUEUE_BATCHES
+        sonde_probe::sinks::DEFAULT_QUEUE_BATCHES,
+        sonde_probe::sinks::BLOCKING_QUEUE_BATCHES
     );
 }
 
