@@ -33,7 +33,14 @@ pub const FLOW_COLUMNS: &[&str] = &schema::keys();
 
 pub fn format_addr(out: &mut String, addr: &[u8; 16], ip_version: u8) {
     if ip_version == 4 {
-        let _ = write!(out, "{}", Ipv4Addr::new(addr[0], addr[1], addr[2], addr[3]));
+        // Four small numbers, without the formatting machinery (a flow record has two).
+        let mut digits = itoa::Buffer::new();
+        for (i, octet) in addr[..4].iter().enumerate() {
+            if i > 0 {
+                out.push('.');
+            }
+            out.push_str(digits.format(*octet));
+        }
     } else {
         let _ = write!(out, "{}", Ipv6Addr::from(*addr));
     }
@@ -49,11 +56,39 @@ pub fn ip_addr(addr: &[u8; 16], ip_version: u8) -> IpAddr {
 }
 
 pub fn format_mac(out: &mut String, m: &[u8; 6]) {
-    let _ = write!(
-        out,
-        "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
-        m[0], m[1], m[2], m[3], m[4], m[5]
-    );
+    const HEX: &[u8; 16] = b"0123456789abcdef";
+    let mut text = [b':'; 17];
+    for (i, b) in m.iter().enumerate() {
+        text[3 * i] = HEX[(b >> 4) as usize];
+        text[3 * i + 1] = HEX[(b & 15) as usize];
+    }
+    out.push_str(std::str::from_utf8(&text).expect("hex digits and colons"));
+}
+
+/// Appends `n` in decimal.
+fn push_number(out: &mut String, n: u64) {
+    out.push_str(itoa::Buffer::new().format(n));
+}
+
+/// Appends microseconds as milliseconds with three decimals (what `{:.3}` writes of
+/// `us / 1000.0`, without the float formatting).
+fn push_millis(out: &mut String, us: u32) {
+    push_number(out, (us / 1000) as u64);
+    let frac = us % 1000;
+    out.push('.');
+    for d in [frac / 100, frac / 10 % 10, frac % 10] {
+        out.push((b'0' + d as u8) as char);
+    }
+}
+
+/// What a field's value is, for the writers: a JSON number, or a string to escape. A
+/// collected record's fields sonde did not interpret have their names from the wire too.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Cell {
+    Number,
+    Text,
+    /// A producer's key and value, both escaped.
+    Foreign,
 }
 
 /// A flow seen from the client's side: the values every output format shares.
@@ -87,25 +122,25 @@ impl<'a> View<'a> {
     }
 }
 
-/// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, is_string)`;
+/// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, cell)`;
 /// `None` marks a value that does not apply (IPv6 columns of an IPv4 flow).
 fn flow_fields(
     r: &FlowRecord,
     geo: Option<&GeoDb>,
-    mut field: impl FnMut(&str, Option<&str>, bool),
+    mut field: impl FnMut(&str, Option<&str>, Cell),
 ) {
     match r.meta.as_deref() {
         Some(m) if !m.extra.is_empty() => {
             // A collected flow with fields sonde did not interpret: they follow, except the
             // names the record already has (a producer's SERVER_NAME, say, when sonde has one).
-            let mut seen: Vec<String> = Vec::new();
+            let mut seen: Vec<&str> = Vec::new();
             own_fields(r, geo, |n, v, s| {
-                seen.push(n.to_string());
+                seen.push(n);
                 field(n, v, s)
             });
             for (k, v) in &m.extra {
                 if !seen.iter().any(|n| n == k) {
-                    field(k, Some(v), true);
+                    field(k, Some(v), Cell::Foreign);
                 }
             }
         }
@@ -113,18 +148,19 @@ fn flow_fields(
     }
 }
 
-/// The fields sonde itself knows for a record.
+/// The fields sonde itself knows for a record (their names are the schema's: no escaping).
 fn own_fields(
     r: &FlowRecord,
     geo: Option<&GeoDb>,
-    mut field: impl FnMut(&str, Option<&str>, bool),
+    mut field: impl FnMut(&'static str, Option<&str>, Cell),
 ) {
     let f = &r.flow;
     let v = View::of(f);
     let s = v.s();
     let mut buf = String::with_capacity(48);
-    let mut put = |name: &str, buf: &mut String, is_str: bool| {
-        field(name, Some(buf.as_str()), is_str);
+    let mut put = |name: &'static str, buf: &mut String, is_str: bool| {
+        let cell = if is_str { Cell::Text } else { Cell::Number };
+        field(name, Some(buf.as_str()), cell);
         buf.clear();
     };
     let v4 = f.key.ip_version == 4;
@@ -141,7 +177,6 @@ fn own_fields(
     }
     let (sport, dport) = v.ports();
     let ms = |ns: u64| ns / 1_000_000;
-    let lat = |us: u32| us as f64 / 1000.0;
     let nums: [(&str, u64); 21] = [
         ("L4_SRC_PORT", sport as u64),
         ("L4_DST_PORT", dport as u64),
@@ -166,16 +201,16 @@ fn own_fields(
         ("SRC_TOS", f.tos as u64),
     ];
     for (name, n) in nums {
-        let _ = write!(buf, "{n}");
+        push_number(&mut buf, n);
         put(name, &mut buf, false);
         if name == "OOORDER_OUT_PKTS" {
-            let _ = write!(buf, "{:.3}", lat(f.rtt_client_us));
+            push_millis(&mut buf, f.rtt_client_us);
             put("CLIENT_NW_LATENCY_MS", &mut buf, false);
-            let _ = write!(buf, "{:.3}", lat(f.rtt_server_us));
+            push_millis(&mut buf, f.rtt_server_us);
             put("SERVER_NW_LATENCY_MS", &mut buf, false);
         }
     }
-    let _ = write!(buf, "{}", f.icmp_type_code);
+    push_number(&mut buf, f.icmp_type_code as u64);
     put("ICMP_TYPE", &mut buf, false);
     let (cm, sm) = v.macs();
     format_mac(&mut buf, &cm);
@@ -184,7 +219,7 @@ fn own_fields(
     put("IN_DST_MAC", &mut buf, true);
     buf.push_str(f.tunnel.name());
     put("TUNNEL", &mut buf, true);
-    let _ = write!(buf, "{}", f.fragments);
+    push_number(&mut buf, f.fragments as u64);
     put("FRAGMENTS", &mut buf, false);
     buf.push_str(r.reason.name());
     put("FLOW_END_REASON", &mut buf, true);
@@ -207,7 +242,7 @@ fn own_fields(
         if g.has_asns() {
             for (name, n, given) in [("SRC_AS", ga.asn, src_as), ("DST_AS", gb.asn, dst_as)] {
                 if given == 0 {
-                    let _ = write!(buf, "{n}");
+                    push_number(&mut buf, n as u64);
                     put(name, &mut buf, false);
                 }
             }
@@ -246,16 +281,16 @@ fn own_fields(
             ("OUTPUT_SNMP", f.out_if),
             ("SAMPLING_INTERVAL", f.sampling),
         ] {
-            let _ = write!(buf, "{n}");
+            push_number(&mut buf, n as u64);
             put(name, &mut buf, false);
         }
     }
     if f.dpi_done {
         let l7 = &f.l7;
-        field("L7_PROTO", Some(&l7.number()), true);
-        field("L7_PROTO_NAME", Some(&l7.name()), true);
-        field("L7_CATEGORY", Some(l7.category.name()), true);
-        field("L7_CONFIDENCE", Some(l7.confidence.name()), true);
+        field("L7_PROTO", Some(&l7.number()), Cell::Text);
+        field("L7_PROTO_NAME", Some(&l7.name()), Cell::Text);
+        field("L7_CATEGORY", Some(l7.category.name()), Cell::Text);
+        field("L7_CONFIDENCE", Some(l7.confidence.name()), Cell::Text);
     }
     if let Some(m) = r.meta.as_deref() {
         meta_fields(m, &mut field);
@@ -265,13 +300,17 @@ fn own_fields(
 /// What DPI learned (or a producer sent), every field of [`sonde_dpi::meta::FIELDS`] the
 /// flow has. Strings from the wire are passed as they are (capped, no control characters):
 /// the writers escape them.
-fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&str, Option<&str>, bool)) {
+fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&'static str, Option<&str>, Cell)) {
     let mut joined = String::new();
     for fld in sonde_dpi::meta::FIELDS {
         match (fld.get)(m) {
             None => {}
-            Some(Value::Text(s)) => field(fld.key, Some(s), true),
-            Some(Value::Number(n)) => field(fld.key, Some(&n.to_string()), false),
+            Some(Value::Text(s)) => field(fld.key, Some(s), Cell::Text),
+            Some(Value::Number(n)) => {
+                joined.clear();
+                push_number(&mut joined, n);
+                field(fld.key, Some(&joined), Cell::Number)
+            }
             Some(Value::List(items)) => {
                 joined.clear();
                 for (i, item) in items.iter().enumerate() {
@@ -280,7 +319,7 @@ fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&str, Option<&str>, b
                     }
                     joined.push_str(item);
                 }
-                field(fld.key, Some(&joined), true)
+                field(fld.key, Some(&joined), Cell::Text)
             }
         }
     }
@@ -470,6 +509,9 @@ pub struct FlowWriter<W: Write> {
     header_done: bool,
     written: u64,
     geo: Option<Arc<GeoDb>>,
+    /// CSV: this record's cells, escaped, one after the other, and each column's range in it.
+    csv_cells: String,
+    csv_spans: Vec<(usize, usize)>,
 }
 
 impl<W: Write> FlowWriter<W> {
@@ -481,6 +523,8 @@ impl<W: Write> FlowWriter<W> {
             header_done: false,
             written: 0,
             geo: None,
+            csv_cells: String::new(),
+            csv_spans: Vec::new(),
         }
     }
 
@@ -496,21 +540,24 @@ impl<W: Write> FlowWriter<W> {
             Format::Json => {
                 self.line.push('{');
                 let line = &mut self.line;
-                flow_fields(r, self.geo.as_deref(), |name, value, is_str| {
+                flow_fields(r, self.geo.as_deref(), |name, value, cell| {
                     if let Some(v) = value {
                         if line.len() > 1 {
                             line.push(',');
                         }
                         line.push('"');
-                        // Names can come off the wire too (a producer's unknown keys).
-                        push_json_str(line, name);
+                        match cell {
+                            // A producer's unknown key came off the wire.
+                            Cell::Foreign => push_json_str(line, name),
+                            Cell::Text | Cell::Number => line.push_str(name),
+                        }
                         line.push_str("\":");
-                        if is_str {
+                        if cell == Cell::Number {
+                            line.push_str(v);
+                        } else {
                             line.push('"');
                             push_json_str(line, v);
                             line.push('"');
-                        } else {
-                            line.push_str(v);
                         }
                     }
                 });
@@ -522,21 +569,30 @@ impl<W: Write> FlowWriter<W> {
                     self.out.write_all(b"\n")?;
                     self.header_done = true;
                 }
-                let mut cols: [Option<String>; FLOW_COLUMNS.len()] = std::array::from_fn(|_| None);
+                // Each value goes into one reused buffer, its range noted under its column.
+                let (cells, spans) = (&mut self.csv_cells, &mut self.csv_spans);
+                cells.clear();
+                spans.clear();
+                spans.resize(FLOW_COLUMNS.len(), (0, 0));
+                // Fields come in the columns' order: look from where the last one was.
+                let mut next = 0;
                 flow_fields(r, self.geo.as_deref(), |name, value, _| {
-                    if let (Some(i), Some(v)) =
-                        (FLOW_COLUMNS.iter().position(|c| *c == name), value)
-                    {
-                        cols[i] = Some(v.to_string());
+                    let Some(v) = value else { return };
+                    let found = (next..FLOW_COLUMNS.len())
+                        .chain(0..next)
+                        .find(|&i| FLOW_COLUMNS[i] == name);
+                    if let Some(i) = found {
+                        let at = cells.len();
+                        push_csv_cell(cells, v);
+                        spans[i] = (at, cells.len());
+                        next = i + 1;
                     }
                 });
-                for (i, c) in cols.iter().enumerate() {
+                for (i, &(from, to)) in spans.iter().enumerate() {
                     if i > 0 {
                         self.line.push(',');
                     }
-                    if let Some(c) = c {
-                        push_csv_cell(&mut self.line, c);
-                    }
+                    self.line.push_str(&cells[from..to]);
                 }
                 self.line.push('\n');
             }
@@ -678,6 +734,38 @@ mod tests {
     }
 
     #[test]
+    fn numbers_addresses_and_macs_read_as_std_formats_them() {
+        let mut out = String::new();
+        for us in (0..3000).chain([999_999, 1_000_000, 4_294_967, u32::MAX]) {
+            out.clear();
+            push_millis(&mut out, us);
+            assert_eq!(out, format!("{:.3}", us as f64 / 1000.0), "{us} us");
+        }
+        let mut seed = 7u64;
+        for _ in 0..2000 {
+            seed = seed
+                .wrapping_mul(6364136223846793005)
+                .wrapping_add(1442695040888963407);
+            let b = seed.to_be_bytes();
+            let mut addr = [0u8; 16];
+            addr[..8].copy_from_slice(&b);
+            out.clear();
+            format_addr(&mut out, &addr, 4);
+            assert_eq!(out, Ipv4Addr::new(b[0], b[1], b[2], b[3]).to_string());
+            out.clear();
+            format_mac(&mut out, &[b[2], b[3], b[4], b[5], b[6], b[7]]);
+            let want = format!(
+                "{:02x}:{:02x}:{:02x}:{:02x}:{:02x}:{:02x}",
+                b[2], b[3], b[4], b[5], b[6], b[7]
+            );
+            assert_eq!(out, want);
+            out.clear();
+            push_number(&mut out, seed >> (seed % 64));
+            assert_eq!(out, (seed >> (seed % 64)).to_string());
+        }
+    }
+
+    #[test]
     fn the_writer_writes_exactly_the_schema_keys() {
         let mut v6 = record();
         v6.flow.key.ip_version = 6;
@@ -687,8 +775,9 @@ mod tests {
         let mut seen: Vec<String> = Vec::new();
         let geo = test_geo();
         for r in [record(), v6, everything(), v6_exported, public()] {
-            flow_fields(&r, Some(&geo), |name, value, is_str| {
+            flow_fields(&r, Some(&geo), |name, value, cell| {
                 if let (Some(_), Some(f)) = (value, schema::field(name)) {
+                    let is_str = cell != Cell::Number;
                     assert_eq!(is_str, f.json_string(), "{name}: written as a string?");
                 }
                 if value.is_some() && !seen.iter().any(|s| s == name) {
