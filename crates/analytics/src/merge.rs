@@ -543,7 +543,17 @@ impl Merger {
                 .map(|p| p.icmp_receivers.clone())
                 .collect::<Vec<_>>(),
         );
-        let scans = merge_scans(parts.iter().flat_map(|p| p.scans.iter()));
+        let merge_floor = |k: Key| {
+            self.cfg
+                .thresholds
+                .lowest(k)
+                .map_or(u64::MAX, |v| (v / 2).max(1))
+        };
+        let scans = merge_scans(
+            parts.iter().flat_map(|p| p.scans.iter()),
+            merge_floor(Key::ScanIpTargets),
+            merge_floor(Key::ScanPortTargets),
+        );
 
         // Detections of the interval.
         let th = &self.cfg.thresholds;
@@ -1037,7 +1047,32 @@ fn scan_groups(
     (Value::Array(out), largest)
 }
 
-fn merge_scans<'a>(groups: impl Iterator<Item = &'a ScanGroup>) -> Vec<Scan> {
+/// The shards' scan groups merged: a group is listed when it has at least `ip_floor` distinct
+/// destinations (`port_floor` ports), half the lowest threshold, what one shard reports alone.
+/// Each of S shards reports groups from threshold / (2 S) up, so with many shards (a floor of
+/// 1 from 16 shards at the default 32) every source of a million-address flood sends a group
+/// of one: their sizes are summed first, in a hash map, and only the keys whose sum reaches
+/// the floor are merged target by target (the sum is at least the distinct count).
+fn merge_scans<'a>(
+    groups: impl Iterator<Item = &'a ScanGroup> + Clone,
+    ip_floor: u64,
+    port_floor: u64,
+) -> Vec<Scan> {
+    let mut ip_sizes: HashMap<(HostAddr, u8, u16), u64> = HashMap::new();
+    let mut port_sizes: HashMap<(HostAddr, [u8; 16]), u64> = HashMap::new();
+    for g in groups.clone() {
+        match g {
+            ScanGroup::Ip {
+                src,
+                proto,
+                port: p,
+                dsts,
+            } => *ip_sizes.entry((*src, *proto, *p)).or_default() += dsts.len() as u64,
+            ScanGroup::Port { src, dst, ports } => {
+                *port_sizes.entry((*src, dst.addr)).or_default() += ports.len() as u64
+            }
+        }
+    }
     let mut ip: BTreeMap<(HostAddr, u8, u16), BTreeSet<[u8; 16]>> = BTreeMap::new();
     type PortsOf = BTreeMap<(HostAddr, [u8; 16]), BTreeSet<(u8, u16)>>;
     let mut port: PortsOf = BTreeMap::new();
@@ -1048,16 +1083,22 @@ fn merge_scans<'a>(groups: impl Iterator<Item = &'a ScanGroup>) -> Vec<Scan> {
                 proto,
                 port: p,
                 dsts,
-            } => ip
-                .entry((*src, *proto, *p))
-                .or_default()
-                .extend(dsts.iter().copied()),
-            ScanGroup::Port { src, dst, ports } => port
-                .entry((*src, dst.addr))
-                .or_default()
-                .extend(ports.iter().copied()),
+            } => {
+                let key = (*src, *proto, *p);
+                if ip_sizes[&key] >= ip_floor {
+                    ip.entry(key).or_default().extend(dsts.iter().copied())
+                }
+            }
+            ScanGroup::Port { src, dst, ports } => {
+                let key = (*src, dst.addr);
+                if port_sizes[&key] >= port_floor {
+                    port.entry(key).or_default().extend(ports.iter().copied())
+                }
+            }
         }
     }
+    ip.retain(|_, dsts| dsts.len() as u64 >= ip_floor);
+    port.retain(|_, ports| ports.len() as u64 >= port_floor);
     let mut by_src: BTreeMap<(HostAddr, bool), Scan> = BTreeMap::new();
     for ((src, proto, p), dsts) in ip {
         let s = by_src.entry((src, true)).or_insert_with(|| Scan {
@@ -1119,6 +1160,66 @@ mod tests {
         let mut a = [0u8; 16];
         a[..4].copy_from_slice(&[10, 0, (n >> 8) as u8, n as u8]);
         HostAddr::new(a, 4, 0)
+    }
+
+    #[test]
+    fn many_shards_small_groups_merge_to_what_one_shard_lists() {
+        // 16 shards at the default threshold of 32 report groups from 1 target up: a flood
+        // of 60,000 sources with one target each (listed by no single shard at floor 16), and
+        // a scanner whose 40 destinations on port 22 are spread 2 or 3 a shard, plus a port
+        // scan of 20 ports (above its floor of 16) and one of 10 (below it).
+        let mut groups = Vec::new();
+        for i in 0..60_000u32 {
+            let mut a = [0u8; 16];
+            a[..4].copy_from_slice(&(0x0b00_0000 + i).to_be_bytes());
+            groups.push(ScanGroup::Ip {
+                src: HostAddr::new(a, 4, 0),
+                proto: 17,
+                port: 53,
+                dsts: vec![host(1).addr],
+            });
+        }
+        for shard in 0..16u16 {
+            groups.push(ScanGroup::Ip {
+                src: host(7),
+                proto: 6,
+                port: 22,
+                dsts: (0..40u16)
+                    .filter(|d| d % 16 == shard)
+                    .map(|d| host(100 + d).addr)
+                    .collect(),
+            });
+            for (dst, n) in [(200, 20u16), (201, 10)] {
+                groups.push(ScanGroup::Port {
+                    src: host(8),
+                    dst: host(dst),
+                    ports: (0..n)
+                        .filter(|p| p % 16 == shard)
+                        .map(|p| (6, 1000 + p))
+                        .collect(),
+                });
+            }
+        }
+        // The same destination reported twice counts once.
+        groups.push(ScanGroup::Ip {
+            src: host(7),
+            proto: 6,
+            port: 22,
+            dsts: vec![host(100).addr],
+        });
+        let scans = merge_scans(groups.iter(), 16, 16);
+        assert_eq!(
+            scans.len(),
+            2,
+            "the scanner and the port scanner, no flood source"
+        );
+        let ip = scans.iter().find(|s| s.kind == ScanKind::Ip).unwrap();
+        assert_eq!((ip.src, ip.max_group, ip.targets.len()), (host(7), 40, 40));
+        let port = scans.iter().find(|s| s.kind == ScanKind::Port).unwrap();
+        assert_eq!(
+            (port.src, port.max_group, port.groups.len()),
+            (host(8), 20, 1)
+        );
     }
 
     /// An interval in which hosts `hosts` each sent 100 unanswered SYNs (noisy hosts).
