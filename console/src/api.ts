@@ -31,6 +31,10 @@ export interface Interface {
   dropped: number;
   capture_dropped: number;
   interface_dropped: number;
+  /** Each input (-i, -r, --synthetic, --collect): the kernel's counts for live interfaces. */
+  inputs?: InputCounters[];
+  /** Each shard's ring drops. */
+  shard_capture_dropped?: number[];
   flows_active: number;
   flows_created: number;
   hosts_active: number;
@@ -42,6 +46,14 @@ export interface Interface {
   directions?: Record<Direction, { packets: number; bytes: number; bits_per_s: number | null }> | null;
   /** With --geoip-dir: what its databases give (null without). */
   geoip?: { countries: boolean; asns: boolean; cities?: boolean } | null;
+}
+
+/** One input of `/api/v1/interface`: what the kernel delivered and dropped. */
+export interface InputCounters {
+  name: string;
+  received: number;
+  capture_dropped: number;
+  interface_dropped: number;
 }
 
 /** A row of `/api/v1/top/countries` or `/asns`: the live hosts located there. */

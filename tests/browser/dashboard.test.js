@@ -85,6 +85,8 @@ test('deep links: a filtered hosts list, the interface and applications pages', 
   await page.goto(`${env.sonde.url}/#/interface`);
   await waitFor(async () => Number(await page.locator('td[data-counter="packets"] data').getAttribute('value')) > 0, { what: 'interface counters' });
   await page.locator('td[data-counter="capture_dropped"] data').waitFor();
+  // One row per input, with the kernel's counters (a file's are zero).
+  await waitFor(async () => (await page.locator('#inputs tbody tr').count()) === 1, { what: 'one input row' });
   // The flow outputs: the flows file, taking what it is given.
   await waitFor(async () => (await page.locator('#sinks tbody tr').allTextContents()).some((t) => t.includes("flows file '/dev/null'")), { what: 'the flows file among the outputs' });
   assert.equal(await page.locator('#sinks [data-sink-state]').first().getAttribute('data-sink-state'), 'ok');

@@ -2,7 +2,7 @@
 // capture's kernel buffer, by the interface), with live rates and drops per second, and with
 // --data-dir its traffic over the stored series.
 
-import { api, subscribe, type Interface, type Sink } from '../api';
+import { api, subscribe, type InputCounters, type Interface, type Sink } from '../api';
 import { TimeChart } from '../chart';
 import { card, el, heading } from '../dom';
 import * as fmt from '../format';
@@ -67,11 +67,25 @@ export const iface: View = (root, _route, ctx) => {
     empty: 'No flow output (--flows-out, --export).',
     className: 'data sinks',
   });
+  // Several interfaces (-i A -i B): each one's kernel counters, drops first in mind.
+  const inputsT = table<InputCounters>({
+    caption: 'Inputs',
+    hideCaption: true,
+    columns: [
+      { label: 'Input', cell: (i) => i.name },
+      { label: 'Received', numeric: true, cell: (i) => num(i.received, fmt.count(i.received)) },
+      { label: 'Dropped by the capture', numeric: true, cell: (i) => num(i.capture_dropped, fmt.count(i.capture_dropped)) },
+      { label: 'Dropped by the interface', numeric: true, cell: (i) => num(i.interface_dropped, fmt.count(i.interface_dropped)) },
+    ],
+    empty: 'No input.',
+    className: 'data inputs',
+  });
   root.append(
     heading('Interface', source),
     el('section', { class: 'card wide', 'aria-labelledby': 'if-rate' }, el('h2', { id: 'if-rate' }, 'Packets and drops'), chart.el),
     ...(long ? [long.el] : []),
     card('Counters', el('div', { class: 'table-wrap' }, counters)),
+    card('Inputs', el('div', { class: 'table-wrap', id: 'inputs' }, inputsT.el)),
     card('Flow outputs', el('div', { class: 'table-wrap', id: 'sinks' }, sinksT.el)),
   );
 
@@ -88,6 +102,7 @@ export const iface: View = (root, _route, ctx) => {
       const v = i[k] as number;
       cells.get(k)?.replaceChildren(num(v, f(v)));
     }
+    inputsT.update(i.inputs ?? []);
     sinksT.update((await api.sinks(signal)).sinks);
   }, 2000);
   return stopAll(unsubscribe, stopPoll, () => chart.destroy(), long?.stop);

@@ -50,6 +50,6 @@ pub use host_cache::HostCacheReport;
 pub use kafka_sink::{KafkaFormat, KafkaSink, KafkaTarget, KAFKA_OPTIONS};
 pub use kafka_source::KafkaSource;
 pub use report::{filter_sets_json, format_count, stats_line, summary_json};
-pub use run::{start, Probe, ProbeError, ProbeView, Summary};
+pub use run::{start, InputReport, Probe, ProbeError, ProbeView, Summary};
 pub use series_sink::SeriesReport;
 pub use zmq_sink::ZmqSink;

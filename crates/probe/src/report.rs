@@ -67,6 +67,21 @@ fn cpu_and_rss() -> (f64, u64) {
     )
 }
 
+/// One input's line of the summary: what its shards counted and what the kernel said.
+fn input_json(i: &crate::InputReport) -> Value {
+    json!({
+        "name": i.name,
+        "packets": i.stats.packets,
+        "wire_bytes": i.stats.wire_bytes,
+        "flows_created": i.stats.flows_created,
+        "capture": {
+            "received": i.capture.received,
+            "dropped": i.capture.dropped,
+            "if_dropped": i.capture.if_dropped,
+        },
+    })
+}
+
 /// Packets and bytes by flow direction: `{"in": {"packets": P, "bytes": B}, "out": …}`.
 pub fn directions_json(d: &sonde_flow::DirectionCounts) -> Value {
     let mut m = Map::new();
@@ -104,7 +119,7 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
         ended.insert(r.name().to_string(), json!(t.flows_ended[r as usize]));
     }
     let elapsed = s.elapsed.as_secs_f64();
-    json!({
+    let mut summary = json!({
         "source": source,
         "threads": threads,
         "packets": t.packets,
@@ -245,7 +260,10 @@ pub fn summary_json(s: &Summary, source: &str, threads: usize) -> Value {
         "pps": if elapsed > 0.0 { t.packets as f64 / elapsed } else { 0.0 },
         "max_rss_bytes": max_rss,
         "error": s.error.as_ref().map(|e| e.to_string()),
-    })
+    });
+    // Out of the macro above, which is at its recursion limit.
+    summary["inputs"] = s.inputs.iter().map(input_json).collect();
+    summary
 }
 
 /// `{SET: {LABEL: {packets, bytes}}}`, sets and labels in the order they were declared.

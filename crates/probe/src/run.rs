@@ -60,6 +60,8 @@ pub struct Summary {
     /// Host records written to [`ProbeConfig::hosts_out`] (purged ones and the final ones).
     pub hosts_written: u64,
     pub capture: CaptureDrops,
+    /// Each input (-i, -r, --synthetic, --collect), with what its own shards counted.
+    pub inputs: Vec<InputReport>,
     pub flows_written: u64,
     /// What each flow sink delivered (the flows file first, when there is one).
     pub sinks: Vec<SinkReport>,
@@ -119,6 +121,8 @@ pub struct Probe {
     /// Kafka offsets to commit once the sinks have finished.
     kafka_finals: Arc<Mutex<Vec<crate::kafka_source::FinalCommit>>>,
     shared: Vec<Arc<Shared>>,
+    /// Each input's name, its shards being `per_input` consecutive ones of `shared`.
+    inputs: Arc<InputShards>,
     stop: Arc<AtomicBool>,
     shards: Vec<JoinHandle<ShardOutput>>,
     reader: Option<JoinHandle<ShardStats>>,
@@ -170,6 +174,7 @@ impl Probe {
     pub fn view(&self) -> ProbeView {
         ProbeView {
             shared: self.shared.clone(),
+            inputs: self.inputs.clone(),
             sinks: self.sink_live.clone(),
             started: self.started,
             dns: self.dns.clone(),
@@ -217,7 +222,18 @@ impl Probe {
             outputs.push(h.join().expect("shard thread panicked"));
         }
         let mut total = ShardStats::default();
-        let mut capture = CaptureDrops::default();
+        let captures: Vec<CaptureDrops> = outputs.iter().map(|o| o.capture).collect();
+        let capture = self.inputs.total(&captures);
+        let stats: Vec<ShardStats> = outputs.iter().map(|o| o.stats).collect();
+        let mut inputs: Vec<InputReport> = (self.inputs.names.iter().cloned())
+            .zip(self.inputs.stats_by_input(&stats))
+            .zip(self.inputs.by_input(&captures))
+            .map(|((name, stats), capture)| InputReport {
+                name,
+                stats,
+                capture,
+            })
+            .collect();
         let mut shards = Vec::new();
         let mut host_parts = Vec::new();
         let mut live_hosts = 0;
@@ -229,13 +245,14 @@ impl Probe {
             live_hosts += o.live_hosts;
             total.merge(&o.stats);
             shards.push(o.stats);
-            capture.received += o.capture.received;
-            capture.dropped += o.capture.dropped;
-            capture.if_dropped += o.capture.if_dropped;
             host_parts.push(o.hosts);
         }
         if let Some(r) = reader_stats {
             total.merge(&r);
+            // The reader of a file split over shards counts what it kept from them.
+            if let Some(i) = self.inputs.file {
+                inputs[i].stats.merge(&r);
+            }
         }
         // Shards hold only their share: counters that describe the whole run come from merging.
         let hosts = merge_hosts(host_parts);
@@ -349,6 +366,7 @@ impl Probe {
             distinct_hosts,
             hosts_written,
             capture,
+            inputs,
             flows_written,
             sinks,
             exporters,
@@ -389,6 +407,7 @@ impl Probe {
 #[derive(Clone)]
 pub struct ProbeView {
     shared: Vec<Arc<Shared>>,
+    inputs: Arc<InputShards>,
     sinks: Arc<Vec<Arc<crate::sink_queue::SinkLive>>>,
     started: Instant,
     dns: Option<Arc<DnsCache>>,
@@ -459,14 +478,22 @@ impl ProbeView {
     }
 
     pub fn capture_drops(&self) -> CaptureDrops {
-        let mut d = CaptureDrops::default();
-        for s in &self.shared {
-            let c = *s.capture.lock().unwrap_or_else(|e| e.into_inner());
-            d.received += c.received;
-            d.dropped += c.dropped;
-            d.if_dropped += c.if_dropped;
-        }
-        d
+        self.inputs.total(&self.capture_drops_by_shard())
+    }
+
+    /// Each shard's capture counters: its own socket's (the interface's drops are the whole
+    /// interface's, read by every shard of it).
+    pub fn capture_drops_by_shard(&self) -> Vec<CaptureDrops> {
+        self.shared
+            .iter()
+            .map(|s| *s.capture.lock().unwrap_or_else(|e| e.into_inner()))
+            .collect()
+    }
+
+    /// Each input's name and capture counters (all zero but for live interfaces).
+    pub fn capture_drops_by_input(&self) -> Vec<(String, CaptureDrops)> {
+        let per_input = self.inputs.by_input(&self.capture_drops_by_shard());
+        self.inputs.names.iter().cloned().zip(per_input).collect()
     }
 
     /// The live flows of each shard, one part per shard, filled into `bufs` (the parts of an
@@ -1169,6 +1196,11 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         geo: cfg.geo.clone(),
         sink_live,
         shared,
+        inputs: Arc::new(InputShards {
+            names: input_names(&cfg),
+            per_input,
+            file: cfg.inputs.iter().position(|i| matches!(i, Input::File(_))),
+        }),
         stop,
         shards: shard_handles,
         reader,
@@ -1223,6 +1255,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
 
 /// The input as alerts name it (capture.drops' entity).
 fn input_name(cfg: &ProbeConfig) -> String {
+    input_names(cfg).join(",")
+}
+
+fn input_names(cfg: &ProbeConfig) -> Vec<String> {
     cfg.inputs
         .iter()
         .map(|i| match i {
@@ -1231,8 +1267,66 @@ fn input_name(cfg: &ProbeConfig) -> String {
             Input::Synthetic(_) => "synthetic".into(),
             Input::Collect(_) => "collector".into(),
         })
-        .collect::<Vec<_>>()
-        .join(",")
+        .collect()
+}
+
+/// One input's counters in the summary: packets (its shards' stats) and the kernel's.
+#[derive(Clone, Debug)]
+pub struct InputReport {
+    pub name: String,
+    pub stats: ShardStats,
+    pub capture: CaptureDrops,
+}
+
+/// Which shards read which input: input i has shards `i × per_input ..` `(i + 1) × per_input`.
+#[derive(Debug)]
+pub(crate) struct InputShards {
+    pub names: Vec<String>,
+    pub per_input: usize,
+    /// The file input, whose reader (with several shards) counts what it keeps from them.
+    pub file: Option<usize>,
+}
+
+impl InputShards {
+    /// Each input's counters from its shards': their sockets' counts add up, but every shard
+    /// of an interface reads the same interface drop counter, which counts once.
+    pub fn by_input(&self, per_shard: &[CaptureDrops]) -> Vec<CaptureDrops> {
+        per_shard
+            .chunks(self.per_input.max(1))
+            .map(|shards| {
+                shards.iter().fold(CaptureDrops::default(), |mut d, s| {
+                    d.received += s.received;
+                    d.dropped += s.dropped;
+                    d.if_dropped = d.if_dropped.max(s.if_dropped);
+                    d
+                })
+            })
+            .collect()
+    }
+
+    /// Each input's packet counters: the sum of its shards'.
+    pub fn stats_by_input(&self, per_shard: &[ShardStats]) -> Vec<ShardStats> {
+        per_shard
+            .chunks(self.per_input.max(1))
+            .map(|shards| {
+                shards.iter().fold(ShardStats::default(), |mut t, s| {
+                    t.merge(s);
+                    t
+                })
+            })
+            .collect()
+    }
+
+    pub fn total(&self, per_shard: &[CaptureDrops]) -> CaptureDrops {
+        self.by_input(per_shard)
+            .into_iter()
+            .fold(CaptureDrops::default(), |mut d, i| {
+                d.received += i.received;
+                d.dropped += i.dropped;
+                d.if_dropped += i.if_dropped;
+                d
+            })
+    }
 }
 
 const DISPATCH_BATCH: usize = 256;

@@ -373,7 +373,7 @@ pub(crate) fn metrics(out: &mut String, v: &AnalyticsView) {
 }
 
 /// A Prometheus label value: backslash, quote and newline escaped.
-fn prom_escape(s: &str) -> String {
+pub(crate) fn prom_escape(s: &str) -> String {
     s.replace('\\', "\\\\")
         .replace('"', "\\\"")
         .replace('\n', "\\n")

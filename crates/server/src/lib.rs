@@ -428,6 +428,13 @@ async fn interface(State(s): Shared) -> Json<Value> {
         "dropped": t.dropped.iter().sum::<u64>(),
         "capture_dropped": drops.dropped,
         "interface_dropped": drops.if_dropped,
+        "inputs": s.view.capture_drops_by_input().iter().map(|(name, d)| json!({
+            "name": name,
+            "received": d.received,
+            "capture_dropped": d.dropped,
+            "interface_dropped": d.if_dropped,
+        })).collect::<Vec<_>>(),
+        "shard_capture_dropped": s.view.capture_drops_by_shard().iter().map(|d| d.dropped).collect::<Vec<_>>(),
         "flows_active": t.active_flows,
         "flows_created": t.flows_created,
         "hosts_active": t.active_hosts,
@@ -1424,6 +1431,7 @@ async fn metrics(State(s): Shared) -> Response {
          # TYPE sonde_interface_dropped_total counter\nsonde_interface_dropped_total {}",
         d.dropped, d.if_dropped
     );
+    capture_metrics(&mut out, &s.view);
     sink_metrics(&mut out, s.view.sinks());
     if let Some(a) = s.view.analytics() {
         analytics::metrics(&mut out, a);
@@ -1491,6 +1499,50 @@ async fn sinks(State(s): Shared) -> Json<Value> {
         })
         .collect();
     Json(json!({ "sinks": rows }))
+}
+
+/// Kernel drops per live interface and per shard: the first sign of overload (packets a BPF
+/// filter rejected in the kernel are in none of these).
+fn capture_metrics(out: &mut String, view: &sonde_probe::ProbeView) {
+    use std::fmt::Write;
+    let inputs = view.capture_drops_by_input();
+    let live: Vec<_> = inputs
+        .iter()
+        .filter(|(_, d)| d.received > 0 || d.dropped > 0)
+        .collect();
+    if !live.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP sonde_input_received_total Packets the kernel delivered to sonde's sockets, per interface.\n\
+             # TYPE sonde_input_received_total counter\n\
+             # HELP sonde_input_capture_dropped_total Packets the kernel dropped for lack of room in sonde's rings, per interface.\n\
+             # TYPE sonde_input_capture_dropped_total counter\n\
+             # HELP sonde_input_interface_dropped_total Packets the interface itself dropped, per interface.\n\
+             # TYPE sonde_input_interface_dropped_total counter"
+        );
+        for (name, d) in &live {
+            let name = analytics::prom_escape(name);
+            let _ = writeln!(
+                out,
+                "sonde_input_received_total{{interface=\"{name}\"}} {}\n\
+                 sonde_input_capture_dropped_total{{interface=\"{name}\"}} {}\n\
+                 sonde_input_interface_dropped_total{{interface=\"{name}\"}} {}",
+                d.received, d.dropped, d.if_dropped
+            );
+        }
+        let _ = writeln!(
+            out,
+            "# HELP sonde_shard_capture_dropped_total Packets the kernel dropped for lack of room in a shard's ring.\n\
+             # TYPE sonde_shard_capture_dropped_total counter"
+        );
+        for (i, d) in view.capture_drops_by_shard().iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "sonde_shard_capture_dropped_total{{shard=\"{i}\"}} {}",
+                d.dropped
+            );
+        }
+    }
 }
 
 /// Every flow sink's counters while it runs, labelled by the sink's name (a URL or a path:

@@ -193,11 +193,15 @@ fn run(cli: Cli) -> Result<ExitCode> {
                 let now = probe.shard_stats();
                 let dt = last.elapsed();
                 let drops = probe.capture_drops();
+                // A shard's line: what its own socket's ring dropped (the interface's own
+                // drops are the whole interface's, in the total).
+                let shard_drops = probe.view().capture_drops_by_shard();
                 let mut lines = Vec::new();
                 let mut total = ShardStats::default();
                 let mut total_prev = ShardStats::default();
                 for (i, (n, p)) in now.iter().zip(&prev).enumerate() {
-                    lines.push(stats_line(&format!("shard{i}"), n, p, dt, 0));
+                    let dropped = shard_drops.get(i).map_or(0, |d| d.dropped);
+                    lines.push(stats_line(&format!("shard{i}"), n, p, dt, dropped));
                     total.merge(n);
                     total_prev.merge(p);
                 }
