@@ -168,6 +168,17 @@ def test_unknown_interface(sonde):
     assert_clean_error(p, r"nosuchif0", "unknown interface")
 
 
+@pytest.mark.parametrize("cpus,why", [
+    ("0-4095", r"4096 CPU\(s\) for 1 shard"),  # more CPUs than shards
+    (str(os.cpu_count() + 64), r"not one sonde may run on \(allowed here: "),  # beyond the machine
+    ("3-1", r"not a CPU number or a range"),
+    ("1,1", r"listed twice"),
+])
+def test_bad_cpu_list(cpus, why, sonde, corpus):
+    p = sonde("-r", corpus / "dns.pcap", "--cpus", cpus, "-q", timeout=60)
+    assert_clean_error(p, why, f"--cpus {cpus}")
+
+
 @pytest.mark.parametrize("bpf", ["port 99999999", "hst 1.2.3.4", "tcp port"])
 def test_bad_filter(bpf, sonde, corpus):
     p = sonde("-r", corpus / "dns.pcap", "-f", bpf, "-q", timeout=60)

@@ -143,6 +143,8 @@ pub struct ProbeConfig {
     pub filter: Option<String>,
     /// Shards per input.
     pub threads: usize,
+    /// `--cpus`: shard i runs pinned to `cpus[i]` (as many as shards, checked at start).
+    pub cpus: Option<Vec<usize>>,
     pub replay: Replay,
     /// Table capacities here are totals; each shard gets an equal share.
     pub engine: EngineConfig,
@@ -203,6 +205,7 @@ impl ProbeConfig {
             inputs,
             filter: None,
             threads: 1,
+            cpus: None,
             replay: Replay::Fast,
             engine: EngineConfig::default(),
             flows_out: None,

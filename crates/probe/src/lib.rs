@@ -13,6 +13,7 @@ mod clickhouse_history;
 mod clickhouse_sink;
 mod collect;
 mod config;
+mod cpus;
 mod export_url;
 mod flow_export;
 mod history_sink;

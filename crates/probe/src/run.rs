@@ -694,6 +694,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     check_inputs(&cfg)?;
     // Every input has its own shards; the views and the sinks see them all as one.
     let threads = per_input * cfg.inputs.len();
+    if let Some(cpus) = &cfg.cpus {
+        crate::cpus::check(cpus, threads).map_err(ProbeError::Config)?;
+    }
     let per_shard = EngineConfig {
         max_flows: cfg.engine.max_flows.div_ceil(threads),
         max_hosts: cfg.engine.max_hosts.div_ceil(threads),
@@ -952,12 +955,25 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         None => (None, None),
     };
 
+    // Shards are started in order, shard0 first: with --cpus, the i-th started gets cpus[i].
+    let started_shards = std::cell::Cell::new(0usize);
     let spawn = |name: String,
                  f: Box<dyn FnOnce() -> ShardOutput + Send>|
      -> Result<JoinHandle<ShardOutput>, ProbeError> {
+        let i = started_shards.replace(started_shards.get() + 1);
+        let cpu = cfg.cpus.as_ref().and_then(|c| c.get(i).copied());
         std::thread::Builder::new()
-            .name(name)
-            .spawn(f)
+            .name(name.clone())
+            .spawn(move || {
+                if let Some(cpu) = cpu {
+                    // Checked against the allowed CPUs at start; a failure here (the mask
+                    // changed since) leaves the shard unpinned, said once.
+                    if let Err(e) = crate::cpus::pin(cpu) {
+                        eprintln!("sonde: {name}: cannot pin to CPU {cpu}: {e}; running unpinned");
+                    }
+                }
+                f()
+            })
             .map_err(|e| ProbeError::Config(format!("cannot start a shard thread: {e}")))
     };
 

@@ -60,6 +60,10 @@ pub struct Cli {
     /// Shards per input (one per core); both directions of a flow always go to the same shard.
     #[arg(long, default_value_t = 1, value_name = "N")]
     pub threads: usize,
+    /// Pin the shards to these CPUs, one each, in order (e.g. 2-9 or 0,2,4-7): shard i runs on
+    /// the i-th CPU listed. As many CPUs as shards (--threads × inputs), among those sonde may use
+    #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
     /// Read a file as fast as possible (fast), paced by its timestamps (realtime), or paced and
     /// over and over with its times moved to now, each pass after the last (loop: a demo or
     /// a test bench that looks live; runs until Ctrl-C or --duration).
@@ -281,6 +285,36 @@ pub enum TableFullArg {
 }
 
 /// `--local-networks 10.0.0.0/8,2001:db8::/32`: a bad prefix is named, with an example.
+/// `--cpus`: CPU numbers, each once, in the order given.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+/// `2-9`, `0,2,4-7`.
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    let bad = |part: &str| format!("'{part}' is not a CPU number or a range like 2-9");
+    let mut cpus = Vec::new();
+    for part in s.split(',').map(str::trim) {
+        let (from, to) = match part.split_once('-') {
+            Some((a, b)) => (a.trim(), b.trim()),
+            None => (part, part),
+        };
+        let (from, to): (usize, usize) = (
+            from.parse().map_err(|_| bad(part))?,
+            to.parse().map_err(|_| bad(part))?,
+        );
+        if from > to || to >= 1 << 16 {
+            return Err(bad(part));
+        }
+        for cpu in from..=to {
+            if cpus.contains(&cpu) {
+                return Err(format!("CPU {cpu} is listed twice: one shard a CPU"));
+            }
+            cpus.push(cpu);
+        }
+    }
+    Ok(CpuList(cpus))
+}
+
 pub fn parse_local_networks(s: &str) -> Result<sonde_analytics::Networks, String> {
     let n = sonde_analytics::Networks::parse(s)?;
     if n.is_empty() {

@@ -103,6 +103,9 @@ pub struct InputSection {
     pub replay: Option<ReplayArg>,
     #[serde(default, deserialize_with = "threads")]
     pub threads: Option<usize>,
+    /// `--cpus`: "2-9" or "0,2,4-7".
+    #[serde(default, deserialize_with = "cpus")]
+    pub cpus: Option<crate::cli::CpuList>,
     #[serde(default, deserialize_with = "positive_seconds")]
     pub duration: Option<f64>,
 }
@@ -282,6 +285,13 @@ fn one_or_many<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Vec<String>>, D
         OneOrMany::One(s) => Ok(Some(vec![s])),
         OneOrMany::Many(v) => Ok(Some(v)),
     }
+}
+
+fn cpus<'de, D: Deserializer<'de>>(d: D) -> Result<Option<crate::cli::CpuList>, D::Error> {
+    let s = String::deserialize(d)?;
+    crate::cli::parse_cpu_list(&s)
+        .map(Some)
+        .map_err(serde::de::Error::custom)
 }
 
 fn threads<'de, D: Deserializer<'de>>(d: D) -> Result<Option<usize>, D::Error> {
@@ -518,6 +528,7 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set_opt!(filter, i.filter);
     set!(replay, i.replay);
     set!(threads, i.threads);
+    set_opt!(cpus, i.cpus);
     set_opt!(duration, i.duration);
 
     let f = file.flows;

@@ -314,6 +314,7 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     let mut cfg = ProbeConfig::with_inputs(inputs);
     cfg.filter = cli.filter.clone();
     cfg.threads = cli.threads;
+    cfg.cpus = cli.cpus.as_ref().map(|c| c.0.clone());
     cfg.replay = match cli.replay {
         ReplayArg::Fast => Replay::Fast,
         ReplayArg::Realtime => Replay::Realtime,
