@@ -496,6 +496,27 @@ impl ProbeView {
         self.inputs.names.iter().cloned().zip(per_input).collect()
     }
 
+    /// The live interfaces' names and capture counters, and the counters of their shards (by
+    /// shard number).
+    pub fn live_capture_drops(&self) -> LiveDrops {
+        let per_shard = self.capture_drops_by_shard();
+        let live = &self.inputs.live;
+        let inputs = (self.inputs.names.iter().cloned())
+            .zip(self.inputs.by_input(&per_shard))
+            .zip(live)
+            .filter(|(_, &l)| l)
+            .map(|(i, _)| i)
+            .collect();
+        let per_input = self.inputs.per_input.max(1);
+        let shards = per_shard
+            .iter()
+            .copied()
+            .enumerate()
+            .filter(|(i, _)| live.get(i / per_input).copied().unwrap_or(false))
+            .collect();
+        (inputs, shards)
+    }
+
     /// The live flows of each shard, one part per shard, filled into `bufs` (the parts of an
     /// earlier snapshot, or nothing): a reader that refreshes a snapshot often reuses its memory.
     pub fn snapshot_flows_into(&self, mut bufs: Vec<Vec<FlowRow>>) -> Vec<Vec<FlowRow>> {
@@ -1214,6 +1235,11 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         shared,
         inputs: Arc::new(InputShards {
             names: input_names(&cfg),
+            live: cfg
+                .inputs
+                .iter()
+                .map(|i| matches!(i, Input::Live(_)))
+                .collect(),
             per_input,
             file: cfg.inputs.iter().position(|i| matches!(i, Input::File(_))),
         }),
@@ -1286,6 +1312,9 @@ fn input_names(cfg: &ProbeConfig) -> Vec<String> {
         .collect()
 }
 
+/// Live interfaces' capture counters by name, and their shards' by shard number.
+pub type LiveDrops = (Vec<(String, CaptureDrops)>, Vec<(usize, CaptureDrops)>);
+
 /// One input's counters in the summary: packets (its shards' stats) and the kernel's.
 #[derive(Clone, Debug)]
 pub struct InputReport {
@@ -1298,6 +1327,8 @@ pub struct InputReport {
 #[derive(Debug)]
 pub(crate) struct InputShards {
     pub names: Vec<String>,
+    /// Which inputs are live interfaces (the others' kernel counters are always zero).
+    pub live: Vec<bool>,
     pub per_input: usize,
     /// The file input, whose reader (with several shards) counts what it keeps from them.
     pub file: Option<usize>,

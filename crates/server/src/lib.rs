@@ -1505,11 +1505,7 @@ async fn sinks(State(s): Shared) -> Json<Value> {
 /// filter rejected in the kernel are in none of these).
 fn capture_metrics(out: &mut String, view: &sonde_probe::ProbeView) {
     use std::fmt::Write;
-    let inputs = view.capture_drops_by_input();
-    let live: Vec<_> = inputs
-        .iter()
-        .filter(|(_, d)| d.received > 0 || d.dropped > 0)
-        .collect();
+    let (live, shards) = view.live_capture_drops();
     if !live.is_empty() {
         let _ = writeln!(
             out,
@@ -1535,7 +1531,7 @@ fn capture_metrics(out: &mut String, view: &sonde_probe::ProbeView) {
             "# HELP sonde_shard_capture_dropped_total Packets the kernel dropped for lack of room in a shard's ring.\n\
              # TYPE sonde_shard_capture_dropped_total counter"
         );
-        for (i, d) in view.capture_drops_by_shard().iter().enumerate() {
+        for (i, d) in &shards {
             let _ = writeln!(
                 out,
                 "sonde_shard_capture_dropped_total{{shard=\"{i}\"}} {}",
