@@ -1058,43 +1058,42 @@ fn merge_scans<'a>(
     ip_floor: u64,
     port_floor: u64,
 ) -> Vec<Scan> {
-    let mut ip_sizes: HashMap<(HostAddr, u8, u16), u64> = HashMap::new();
-    let mut port_sizes: HashMap<(HostAddr, [u8; 16]), u64> = HashMap::new();
+    // A group's key (an IP scan's source, protocol and port; a port scan's source and
+    // destination), its size and whether it reaches its floor by that size.
+    #[derive(Clone, Copy, PartialEq, Eq, Hash)]
+    enum Key {
+        Ip(HostAddr, u8, u16),
+        Port(HostAddr, [u8; 16]),
+    }
+    let key = |g: &ScanGroup| match g {
+        ScanGroup::Ip {
+            src, proto, port, ..
+        } => Key::Ip(*src, *proto, *port),
+        ScanGroup::Port { src, dst, .. } => Key::Port(*src, dst.addr),
+    };
+    let mut sizes: HashMap<Key, u64> = HashMap::new();
     for g in groups.clone() {
-        match g {
-            ScanGroup::Ip {
-                src,
-                proto,
-                port: p,
-                dsts,
-            } => *ip_sizes.entry((*src, *proto, *p)).or_default() += dsts.len() as u64,
-            ScanGroup::Port { src, dst, ports } => {
-                *port_sizes.entry((*src, dst.addr)).or_default() += ports.len() as u64
-            }
-        }
+        let len = match g {
+            ScanGroup::Ip { dsts, .. } => dsts.len(),
+            ScanGroup::Port { ports, .. } => ports.len(),
+        };
+        *sizes.entry(key(g)).or_default() += len as u64;
     }
     let mut ip: BTreeMap<(HostAddr, u8, u16), BTreeSet<[u8; 16]>> = BTreeMap::new();
     type PortsOf = BTreeMap<(HostAddr, [u8; 16]), BTreeSet<(u8, u16)>>;
     let mut port: PortsOf = BTreeMap::new();
     for g in groups {
-        match g {
-            ScanGroup::Ip {
-                src,
-                proto,
-                port: p,
-                dsts,
-            } => {
-                let key = (*src, *proto, *p);
-                if ip_sizes[&key] >= ip_floor {
-                    ip.entry(key).or_default().extend(dsts.iter().copied())
-                }
-            }
-            ScanGroup::Port { src, dst, ports } => {
-                let key = (*src, dst.addr);
-                if port_sizes[&key] >= port_floor {
-                    port.entry(key).or_default().extend(ports.iter().copied())
-                }
-            }
+        let k = key(g);
+        match (g, k) {
+            (ScanGroup::Ip { dsts, .. }, Key::Ip(src, proto, p)) if sizes[&k] >= ip_floor => ip
+                .entry((src, proto, p))
+                .or_default()
+                .extend(dsts.iter().copied()),
+            (ScanGroup::Port { ports, .. }, Key::Port(src, dst)) if sizes[&k] >= port_floor => port
+                .entry((src, dst))
+                .or_default()
+                .extend(ports.iter().copied()),
+            _ => {}
         }
     }
     ip.retain(|_, dsts| dsts.len() as u64 >= ip_floor);

@@ -146,19 +146,38 @@ pub struct L7 {
 impl L7 {
     /// nDPI's `proto.app` number form, e.g. `91.126`.
     pub fn number(&self) -> String {
-        format!("{}.{}", self.proto.0, self.app.0)
+        let mut s = String::new();
+        self.push_number(&mut s);
+        s
+    }
+
+    /// [`L7::number`] appended to `out` (the flow writers: no allocation per record).
+    pub fn push_number(&self, out: &mut String) {
+        let mut digits = itoa::Buffer::new();
+        out.push_str(digits.format(self.proto.0));
+        out.push('.');
+        out.push_str(digits.format(self.app.0));
     }
 
     /// nDPI's name form: `TLS.Google`, `DNS`, `WhatsApp` (an application without a known
     /// carrier protocol), or `Unknown`.
     pub fn name(&self) -> String {
+        let mut s = String::new();
+        self.push_name(&mut s);
+        s
+    }
+
+    /// [`L7::name`] appended to `out`.
+    pub fn push_name(&self, out: &mut String) {
         match (self.proto.is_known(), self.app.is_known()) {
             (true, true) if self.proto != self.app => {
-                format!("{}.{}", self.proto.name(), self.app.name())
+                out.push_str(self.proto.name());
+                out.push('.');
+                out.push_str(self.app.name());
             }
-            (true, _) => self.proto.name().to_string(),
-            (false, true) => self.app.name().to_string(),
-            (false, false) => "Unknown".to_string(),
+            (true, _) => out.push_str(self.proto.name()),
+            (false, true) => out.push_str(self.app.name()),
+            (false, false) => out.push_str("Unknown"),
         }
     }
 }

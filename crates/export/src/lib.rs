@@ -287,8 +287,10 @@ fn own_fields(
     }
     if f.dpi_done {
         let l7 = &f.l7;
-        field("L7_PROTO", Some(&l7.number()), Cell::Text);
-        field("L7_PROTO_NAME", Some(&l7.name()), Cell::Text);
+        l7.push_number(&mut buf);
+        put("L7_PROTO", &mut buf, true);
+        l7.push_name(&mut buf);
+        put("L7_PROTO_NAME", &mut buf, true);
         field("L7_CATEGORY", Some(l7.category.name()), Cell::Text);
         field("L7_CONFIDENCE", Some(l7.confidence.name()), Cell::Text);
     }
