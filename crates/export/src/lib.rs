@@ -303,25 +303,26 @@ fn own_fields(
 /// flow has. Strings from the wire are passed as they are (capped, no control characters):
 /// the writers escape them.
 fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&'static str, Option<&str>, Cell)) {
-    let mut joined = String::new();
+    // A number's digits, or a list's items joined by commas.
+    let mut text = String::new();
     for fld in sonde_dpi::meta::FIELDS {
         match (fld.get)(m) {
             None => {}
             Some(Value::Text(s)) => field(fld.key, Some(s), Cell::Text),
             Some(Value::Number(n)) => {
-                joined.clear();
-                push_number(&mut joined, n);
-                field(fld.key, Some(&joined), Cell::Number)
+                text.clear();
+                push_number(&mut text, n);
+                field(fld.key, Some(&text), Cell::Number)
             }
             Some(Value::List(items)) => {
-                joined.clear();
+                text.clear();
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
-                        joined.push(',');
+                        text.push(',');
                     }
-                    joined.push_str(item);
+                    text.push_str(item);
                 }
-                field(fld.key, Some(&joined), Cell::Text)
+                field(fld.key, Some(&text), Cell::Text)
             }
         }
     }
@@ -695,7 +696,7 @@ mod tests {
     }
 
     /// A record whose DPI metadata came off the wire with markup, quotes, a formula and
-    /// control characters in it.
+    /// control characters in it, and a producer's field sonde does not know, name and value.
     fn hostile() -> FlowRecord {
         let mut r = record();
         r.flow.dpi_done = true;
@@ -707,6 +708,7 @@ mod tests {
                 user_agent: Some("=cmd|' /C calc'!A0".into()),
                 ..Default::default()
             })),
+            extra: vec![("<b onmouseover=\"x\">".into(), "<i>&".into())],
             ..Default::default()
         }));
         r
@@ -991,6 +993,10 @@ mod tests {
         assert_eq!(v["SERVER_NAME"], "<script>alert(\"x\")</script>");
         assert_eq!(v["HTTP_URL"], "/a,b\\c\u{1}");
         assert_eq!(v["L7_PROTO_NAME"], "HTTP");
+        assert_eq!(
+            v["<b onmouseover=\"x\">"], "<i>&",
+            "a producer's key, escaped"
+        );
     }
 
     #[test]

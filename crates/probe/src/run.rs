@@ -496,23 +496,19 @@ impl ProbeView {
         self.inputs.names.iter().cloned().zip(per_input).collect()
     }
 
-    /// The live interfaces' names and capture counters, and the counters of their shards (by
-    /// shard number).
+    /// [`ProbeView::capture_drops_by_input`] and [`ProbeView::capture_drops_by_shard`] for
+    /// the live interfaces only, shards by their number among all.
     pub fn live_capture_drops(&self) -> LiveDrops {
         let per_shard = self.capture_drops_by_shard();
-        let live = &self.inputs.live;
+        let live = |input: usize| self.inputs.live.get(input).copied().unwrap_or(false);
         let inputs = (self.inputs.names.iter().cloned())
             .zip(self.inputs.by_input(&per_shard))
-            .zip(live)
-            .filter(|(_, &l)| l)
-            .map(|(i, _)| i)
+            .enumerate()
+            .filter_map(|(i, input)| live(i).then_some(input))
             .collect();
         let per_input = self.inputs.per_input.max(1);
-        let shards = per_shard
-            .iter()
-            .copied()
-            .enumerate()
-            .filter(|(i, _)| live.get(i / per_input).copied().unwrap_or(false))
+        let shards = (per_shard.into_iter().enumerate())
+            .filter(|(i, _)| live(i / per_input))
             .collect();
         (inputs, shards)
     }

@@ -634,6 +634,11 @@ mod tests {
         assert!(e.contains("web") && e.contains("http"), "{e}");
         let e = parse("[input]\nreplay = \"slow\"\n").unwrap_err();
         assert!(e.starts_with(" line 2, key input.replay"), "{e}");
+        let e = parse("[input]\ncpus = \"4-2\"\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key input.cpus"), "{e}");
+        assert!(e.contains("not a CPU number or a range"), "{e}");
+        let ok = parse("[input]\ncpus = \"0,2-3\"\n").unwrap();
+        assert_eq!(ok.input.cpus, Some(crate::cli::CpuList(vec![0, 2, 3])));
         let e = parse("[flows\n").unwrap_err();
         assert!(e.starts_with(" line 1"), "{e}");
     }
