@@ -22,7 +22,7 @@ pub mod writer;
 
 pub use error::CaptureError;
 pub use file::FileSource;
-pub use live::{CaptureDrops, LiveConfig, LiveSource, OfflineFilter};
+pub use live::{CaptureDrops, LinkFilters, LiveConfig, LiveSource, OfflineFilter};
 pub use synthetic::{Payload, SyntheticSource, SyntheticSpec};
 pub use writer::PcapWriter;
 

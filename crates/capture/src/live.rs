@@ -225,6 +225,40 @@ fn join_fanout(_cap: &pcap::Capture<pcap::Active>, _group: u16) -> std::io::Resu
     Err(std::io::Error::other("packet fanout needs Linux"))
 }
 
+/// A BPF expression applied to frames in user space, compiled once per link type met (pcapng
+/// may mix them): `-r` with `--filter`, and egress selection.
+pub struct LinkFilters {
+    expr: Option<String>,
+    compiled: Vec<(LinkType, OfflineFilter)>,
+}
+
+impl LinkFilters {
+    pub fn new(expr: Option<String>, first: Option<(LinkType, OfflineFilter)>) -> LinkFilters {
+        LinkFilters {
+            expr,
+            compiled: first.into_iter().collect(),
+        }
+    }
+
+    #[inline]
+    pub fn accepts(&mut self, link: LinkType, data: &[u8]) -> bool {
+        let Some(expr) = &self.expr else { return true };
+        if let Some((_, f)) = self.compiled.iter().find(|(l, _)| *l == link) {
+            return f.matches(data);
+        }
+        match OfflineFilter::compile(expr, link) {
+            Ok(f) => {
+                let ok = f.matches(data);
+                self.compiled.push((link, f));
+                ok
+            }
+            // The expression compiled for the first link type; one that cannot apply to
+            // another link type matches nothing there, as in tcpdump.
+            Err(_) => false,
+        }
+    }
+}
+
 /// A compiled BPF filter applied to frames read from a file (libpcap's offline filter).
 pub struct OfflineFilter {
     prog: pcap::BpfProgram,

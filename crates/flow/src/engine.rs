@@ -245,6 +245,22 @@ pub struct Engine {
     /// Filter-set masks and wire lengths of the pending batch (with filter-sets).
     marks: [u128; BATCH],
     wire_lens: [u32; BATCH],
+    /// With egress: what each accounted IP packet's flow looked like right after it
+    /// ([`Engine::record_verdicts`]).
+    verdicts: Option<Vec<FlowVerdict>>,
+}
+
+/// A packet's flow as it stood right after the packet was accounted: what egress decides on
+/// (the application so far, whether detection is over, the flow's packets so far).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FlowVerdict {
+    /// False when the packet got no flow (the table was full).
+    pub flowed: bool,
+    pub l7: sonde_dpi::L7,
+    /// Detection is over for this flow (a label, or given up): `l7` will not change.
+    pub decided: bool,
+    /// Packets of the flow, both directions, this one included.
+    pub packets: u64,
 }
 
 struct Arena {
@@ -301,6 +317,7 @@ impl Engine {
             analytics: None,
             marks: [0; BATCH],
             wire_lens: [0; BATCH],
+            verdicts: None,
             cfg: EngineConfig { max_flows, ..cfg },
         }
     }
@@ -438,8 +455,10 @@ impl Engine {
 
     /// Decodes one frame into the current batch; the batch is accounted when full, when packet
     /// time crosses a tick, or on [`Engine::flush_batch`]. The frame's bytes are not kept.
+    /// Returns true when the frame is an IP packet that joined the batch (it will be in a
+    /// flow, and leave a [`FlowVerdict`] when those are recorded).
     #[inline]
-    pub fn push_frame(&mut self, link: LinkType, f: PacketRef<'_>) {
+    pub fn push_frame(&mut self, link: LinkType, f: PacketRef<'_>) -> bool {
         if f.ts_ns >= self.next_tick_ns {
             // Account what came before, then expire: the result is the same as processing
             // packet by packet with the clock at this packet's time.
@@ -450,7 +469,7 @@ impl Engine {
         self.stats.wire_bytes += f.wire_len as u64;
         let n = self.pending;
         let Some(decoded) = self.decoded.as_mut() else {
-            return;
+            return false;
         };
         match self
             .decoder
@@ -474,14 +493,17 @@ impl Engine {
                 if self.pending == BATCH {
                     self.flush_batch();
                 }
+                true
             }
             Ok(Outcome::NonIp) => {
                 self.stats.non_ip += 1;
                 self.count_unflowed(link, f);
+                false
             }
             Err(m) => {
                 self.stats.malformed[m as usize] += 1;
                 self.count_unflowed(link, f);
+                false
             }
         }
     }
@@ -588,6 +610,9 @@ impl Engine {
                         self.dpi_packet(slot, dir, p, ip, payload, t);
                     }
                 }
+                if self.verdicts.is_some() {
+                    self.record_verdict(slot);
+                }
             }
         } else {
             self.account_prefetching(pkts, ts, payloads);
@@ -654,8 +679,39 @@ impl Engine {
                     self.dpi_packet(slot, dirs[i], &pkts[i], ip, payload, ts[i]);
                 }
             }
+            if self.verdicts.is_some() {
+                self.record_verdict(slot);
+            }
         }
         self.scratch = Some(scratch);
+    }
+
+    #[cold]
+    fn record_verdict(&mut self, slot: u32) {
+        let v = match self.flows.get(slot as usize) {
+            Some(f) if slot != NO_SLOT => FlowVerdict {
+                flowed: true,
+                l7: f.l7,
+                decided: f.dpi_done,
+                packets: f.pkts[0] + f.pkts[1],
+            },
+            _ => FlowVerdict::default(),
+        };
+        if let Some(out) = self.verdicts.as_mut() {
+            out.push(v);
+        }
+    }
+
+    /// Egress: from now on, every IP packet accounted leaves a [`FlowVerdict`], in the order
+    /// the packets came ([`Engine::push_frame`] says which frames will have one).
+    pub fn record_verdicts(&mut self) {
+        self.verdicts.get_or_insert_with(Vec::new);
+    }
+
+    /// The verdicts of the packets accounted since the caller last cleared them (None
+    /// unless [`Engine::record_verdicts`] was called).
+    pub fn verdicts(&mut self) -> Option<&mut Vec<FlowVerdict>> {
+        self.verdicts.as_mut()
     }
 
     #[inline(always)]

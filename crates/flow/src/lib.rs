@@ -20,8 +20,8 @@ pub mod stats;
 pub mod table;
 
 pub use engine::{
-    copy_payload, decoded_from_record, quotes_a_packet, Engine, EngineConfig, FullPolicy,
-    PacketRef, Payloads, Span,
+    copy_payload, decoded_from_record, quotes_a_packet, Engine, EngineConfig, FlowVerdict,
+    FullPolicy, PacketRef, Payloads, Span,
 };
 pub use flow::{
     locality, Direction, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow, TcpHealth,

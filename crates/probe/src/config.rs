@@ -175,6 +175,9 @@ pub struct ProbeConfig {
     /// Trigger capture: a pcap file per alert of the configured types (None: off, and no
     /// shard keeps a ring). Needs analytics, whose detections engage the captures.
     pub trigger: Option<sonde_trigger::TriggerConfig>,
+    /// Egress: the packets of chosen flows forwarded to an interface or a pcap ring (None:
+    /// off). Needs shards that read packets themselves: live interfaces, or one shard a file.
+    pub egress: Option<sonde_egress::EgressConfig>,
     /// `--local-networks`: flows are classified as in, out, internal or transit and hosts as
     /// local or remote (empty: no network is local, nothing is classified).
     pub local_networks: sonde_analytics::Networks,
@@ -219,6 +222,7 @@ impl ProbeConfig {
             analytics: None,
             alerts: None,
             trigger: None,
+            egress: None,
             local_networks: sonde_analytics::Networks::default(),
             geo: None,
         }

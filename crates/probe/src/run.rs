@@ -102,6 +102,8 @@ pub struct Summary {
     pub trigger_files: Option<Vec<sonde_trigger::CaptureFile>>,
     /// Packet rings trigger capture allocated (one per shard reading packets; 0 when off).
     pub trigger_rings: u64,
+    /// What egress forwarded, shunted and dropped, and its ring's files (with egress on).
+    pub egress: Option<sonde_egress::EgressReport>,
     /// The local networks (`--local-networks`; empty: none).
     pub local_networks: Arc<sonde_analytics::Networks>,
     /// Filter-set totals, every shard added up, with the sets they belong to.
@@ -150,6 +152,7 @@ pub struct Probe {
     /// The user scripts' thread and its stop flag.
     scripts_thread: Option<(Arc<AtomicBool>, JoinHandle<()>)>,
     trigger: Option<sonde_trigger::TriggerCapture>,
+    egress: Option<sonde_egress::Egress>,
     local_networks: Arc<sonde_analytics::Networks>,
     geo: Option<Arc<sonde_geo::GeoDb>>,
 }
@@ -181,6 +184,7 @@ impl Probe {
             analytics: self.analytics_view.clone(),
             alerts: self.alerts.clone(),
             trigger: self.trigger.clone(),
+            egress: self.egress.clone(),
             collector: self.collector_counters.clone(),
             local_networks: self.local_networks.clone(),
             geo: self.geo.clone(),
@@ -356,6 +360,7 @@ impl Probe {
             analytics,
             alerts,
             trigger_rings: self.trigger.as_ref().map_or(0, |t| t.rings()),
+            egress: self.egress.as_ref().map(|e| e.report()),
             local_networks: self.local_networks.clone(),
             trigger_files,
             filter_sets,
@@ -414,6 +419,7 @@ pub struct ProbeView {
     analytics: Option<crate::AnalyticsView>,
     alerts: Option<Arc<crate::alerts::AlertHub>>,
     trigger: Option<sonde_trigger::TriggerCapture>,
+    egress: Option<sonde_egress::Egress>,
     collector: Arc<CollectorCounters>,
     local_networks: Arc<sonde_analytics::Networks>,
     geo: Option<Arc<sonde_geo::GeoDb>>,
@@ -442,6 +448,11 @@ impl ProbeView {
     /// files written, `/metrics` counters (None when off).
     pub fn trigger(&self) -> Option<&sonde_trigger::TriggerCapture> {
         self.trigger.as_ref()
+    }
+
+    /// Egress: forwarded, shunted and dropped frames so far (None when off).
+    pub fn egress(&self) -> Option<sonde_egress::EgressCounts> {
+        self.egress.as_ref().map(|e| e.counts())
     }
 
     /// Every flow sink's counters while it runs.
@@ -874,6 +885,36 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         Input::File(_) => per_input == 1,
         _ => false,
     };
+    let egress = match &cfg.egress {
+        Some(e) => {
+            if let Some(i) = (0..threads).find(|&i| !packet_shard(i)) {
+                let what = match &cfg.inputs[i / per_input] {
+                    Input::File(_) => "a file read by several shards: give it --threads 1",
+                    _ => {
+                        "an input that is not packets (--synthetic, --collect): egress forwards \
+                          captured packets, from -r FILE or -i IFACE"
+                    }
+                };
+                return Err(ProbeError::Config(format!(
+                    "--egress-* needs shards that read packets themselves, and this run has {what}"
+                )));
+            }
+            if let Some(iface) = &e.iface {
+                if cfg
+                    .inputs
+                    .iter()
+                    .any(|i| matches!(i, Input::Live(n) if n == iface))
+                {
+                    return Err(ProbeError::Config(format!(
+                        "--egress-iface {iface} is also an input (-i {iface}): the forwarded \
+                         packets would be captured again; send them to another interface"
+                    )));
+                }
+            }
+            Some(sonde_egress::Egress::start(e.clone()).map_err(ProbeError::Config)?)
+        }
+        None => None,
+    };
     let alerts = match &cfg.alerts {
         Some(a) => Some(
             crate::alerts::AlertHub::open(a, scripts.is_some().then(|| scripts_live.clone()))
@@ -921,6 +962,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                         .clone()
                         .map(|c| sonde_analytics::ShardAnalytics::new(c, watch.clone())),
                 );
+                if egress.as_ref().is_some_and(|e| e.config().needs_flow()) {
+                    e.record_verdicts();
+                }
                 e
             },
             analytics: analytics
@@ -937,6 +981,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     let (tx, rx) = bounded(1);
                     shard::TriggerAck { tx, rx }
                 }),
+            egress: match &egress {
+                Some(e) => Some(e.shard(all_ctxs.len()).map_err(ProbeError::Config)?),
+                None => None,
+            },
             shared: sh,
             requests: req_rx,
             sink: sink_tx.clone(),
@@ -1254,6 +1302,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         analytics,
         analytics_view,
         trigger,
+        egress,
         progress,
         file_len,
         error,

@@ -2,10 +2,12 @@
 //! shares with the rest of the probe. The loop it runs is in [`crate::source`].
 
 use crossbeam_channel::{Receiver, Sender};
-use sonde_capture::{CaptureDrops, OfflineFilter};
+use sonde_capture::CaptureDrops;
+/// The `--filter` of a file input.
+pub(crate) use sonde_capture::LinkFilters as Filters;
 use sonde_dpi::Meta;
 use sonde_flow::{EndReason, Engine, FlowKey, FlowRecord, FlowRow, Host, ShardStats, Span};
-use sonde_wire::{Decoded, LinkType};
+use sonde_wire::Decoded;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -118,6 +120,8 @@ pub(crate) struct ShardCtx {
     pub trigger: Option<sonde_trigger::ShardTrigger>,
     /// With trigger capture: how the analytics thread says it merged this shard's reports.
     pub trigger_ack: Option<TriggerAck>,
+    /// With egress: this shard's selectors and destinations (shards that read packets).
+    pub egress: Option<sonde_egress::ShardEgress>,
 }
 
 /// The analytics thread's answer to a shard with trigger capture (see
@@ -375,7 +379,22 @@ impl ShardCtx {
         }
     }
 
+    /// Egress: decides the frames whose packets the engine accounted since the last call.
+    #[inline]
+    pub fn settle_egress(&mut self) {
+        if let Some(e) = self.egress.as_mut() {
+            if e.needs_flow() {
+                e.settle(self.engine.verdicts());
+            }
+        }
+    }
+
     pub fn finish(mut self, capture: CaptureDrops) -> ShardOutput {
+        // Every frame offered to egress is accounted now, so each has its verdict.
+        if let Some(mut e) = self.egress.take() {
+            self.engine.flush_batch();
+            e.finish(self.engine.verdicts());
+        }
         // Input over, state kept for readers until told to stop, with host counters exact.
         if self.linger {
             // The last batch first: until then its packets are in no flow.
@@ -451,39 +470,6 @@ pub(crate) fn wall_ns() -> u64 {
         .duration_since(UNIX_EPOCH)
         .map(|d| d.as_nanos() as u64)
         .unwrap_or(0)
-}
-
-/// Offline BPF filters, one per link type met in the file (pcapng may mix them).
-pub(crate) struct Filters {
-    expr: Option<String>,
-    compiled: Vec<(LinkType, OfflineFilter)>,
-}
-
-impl Filters {
-    pub fn new(expr: Option<String>, first: Option<(LinkType, OfflineFilter)>) -> Filters {
-        Filters {
-            expr,
-            compiled: first.into_iter().collect(),
-        }
-    }
-
-    #[inline]
-    pub fn accepts(&mut self, link: LinkType, data: &[u8]) -> bool {
-        let Some(expr) = &self.expr else { return true };
-        if let Some((_, f)) = self.compiled.iter().find(|(l, _)| *l == link) {
-            return f.matches(data);
-        }
-        match OfflineFilter::compile(expr, link) {
-            Ok(f) => {
-                let ok = f.matches(data);
-                self.compiled.push((link, f));
-                ok
-            }
-            // The expression compiled for the first link type; one that cannot apply to
-            // another link type matches nothing there, as in tcpdump.
-            Err(_) => false,
-        }
-    }
 }
 
 /// Paces a file by its timestamps (`--replay realtime`).

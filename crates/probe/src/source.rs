@@ -77,7 +77,9 @@ pub(crate) fn run(mut ctx: ShardCtx, mut src: impl ShardSource) -> ShardOutput {
     let mut since: u64 = 0;
     let mut last = Instant::now();
     loop {
-        match src.feed(&mut ctx) {
+        let fed = src.feed(&mut ctx);
+        ctx.settle_egress();
+        match fed {
             Fed::Work(n) => {
                 since += n;
                 if since >= every || (timed && last.elapsed() > Duration::from_millis(200)) {
@@ -175,7 +177,10 @@ impl FileInput {
                 t.packet(link, f.ts_ns, f.wire_len, f.data);
             }
             let ts = f.ts_ns;
-            ctx.engine.push_frame(link, packet(&f));
+            let in_flow = ctx.engine.push_frame(link, packet(&f));
+            if let Some(e) = ctx.egress.as_mut() {
+                e.offer(link, f.ts_ns, f.wire_len, f.data, in_flow);
+            }
             n += 1;
             if ts >= self.next_sync_ns {
                 self.next_sync_ns = (ts / SECOND + 1) * SECOND;
@@ -219,10 +224,16 @@ impl ShardSource for FileInput {
                     wire_len: wl,
                     data: &data,
                 };
-                ctx.engine.push_frame(link, p);
+                let in_flow = ctx.engine.push_frame(link, p);
+                if let Some(e) = ctx.egress.as_mut() {
+                    e.offer(link, ts, wl, &data, in_flow);
+                }
                 return Fed::Work(n + 1);
             }
-            ctx.engine.push_frame(link, packet(&f));
+            let in_flow = ctx.engine.push_frame(link, packet(&f));
+            if let Some(e) = ctx.egress.as_mut() {
+                e.offer(link, f.ts_ns, f.wire_len, f.data, in_flow);
+            }
             n += 1;
         }
         Fed::Work(n)
@@ -318,7 +329,10 @@ impl ShardSource for LiveInput {
                     if let Some(t) = ctx.trigger.as_mut() {
                         t.packet(self.link, f.ts_ns, f.wire_len, f.data);
                     }
-                    ctx.engine.push_frame(self.link, packet(&f));
+                    let in_flow = ctx.engine.push_frame(self.link, packet(&f));
+                    if let Some(e) = ctx.egress.as_mut() {
+                        e.offer(self.link, f.ts_ns, f.wire_len, f.data, in_flow);
+                    }
                     n += 1;
                 }
                 // Idle link (or a burst drained).
@@ -353,12 +367,15 @@ impl ShardSource for LiveInput {
     fn end(&mut self, mut ctx: ShardCtx) -> ShardOutput {
         // What arrived before the stop but sits in a block the kernel has not handed over yet.
         let link = self.link;
-        let (engine, trigger) = (&mut ctx.engine, &mut ctx.trigger);
+        let (engine, trigger, egress) = (&mut ctx.engine, &mut ctx.trigger, &mut ctx.egress);
         self.src.drain(|f| {
             if let Some(t) = trigger.as_mut() {
                 t.packet(link, f.ts_ns, f.wire_len, f.data);
             }
-            engine.push_frame(link, packet(&f))
+            let in_flow = engine.push_frame(link, packet(&f));
+            if let Some(e) = egress.as_mut() {
+                e.offer(link, f.ts_ns, f.wire_len, f.data, in_flow);
+            }
         });
         let drops = self.src.drops();
         ctx.finish(drops)

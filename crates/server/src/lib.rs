@@ -435,6 +435,12 @@ async fn interface(State(s): Shared) -> Json<Value> {
             "interface_dropped": d.if_dropped,
         })).collect::<Vec<_>>(),
         "shard_capture_dropped": s.view.capture_drops_by_shard().iter().map(|d| d.dropped).collect::<Vec<_>>(),
+        "egress": s.view.egress().map(|e| json!({
+            "forwarded": e.forwarded,
+            "forwarded_bytes": e.forwarded_bytes,
+            "shunted": e.shunted,
+            "dropped": e.dropped,
+        })),
         "flows_active": t.active_flows,
         "flows_created": t.flows_created,
         "hosts_active": t.active_hosts,
@@ -1473,6 +1479,20 @@ async fn metrics(State(s): Shared) -> Response {
     }
     if let Some(t) = s.view.trigger() {
         t.metrics(&mut out);
+    }
+    if let Some(e) = s.view.egress() {
+        let _ = write!(
+            out,
+            "\n# HELP sonde_egress_packets_total Packets offered to egress, by what became of them: forwarded (to the pcap ring or interface), shunted (not chosen), dropped (chosen, but a destination could not take them).\n\
+             # TYPE sonde_egress_packets_total counter\n\
+             sonde_egress_packets_total{{action=\"forwarded\"}} {}\n\
+             sonde_egress_packets_total{{action=\"shunted\"}} {}\n\
+             sonde_egress_packets_total{{action=\"dropped\"}} {}\n\
+             # HELP sonde_egress_forwarded_bytes_total Captured bytes of the packets egress forwarded.\n\
+             # TYPE sonde_egress_forwarded_bytes_total counter\n\
+             sonde_egress_forwarded_bytes_total {}\n",
+            e.forwarded, e.shunted, e.dropped, e.forwarded_bytes
+        );
     }
     ([(header::CONTENT_TYPE, "text/plain; version=0.0.4")], out).into_response()
 }

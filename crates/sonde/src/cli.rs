@@ -242,9 +242,66 @@ pub struct Cli {
     /// MiB of recent packets each shard keeps for trigger capture (bounds --trigger-pre).
     #[arg(long, default_value_t = 16, value_name = "MIB", value_parser = parse_ring_mb)]
     pub trigger_ring_mb: u64,
+    /// Egress: write the chosen packets to a ring of pcap files in DIR (an existing,
+    /// writable directory; files egress-s<shard>-<n>.pcap).
+    #[arg(long, value_name = "DIR")]
+    pub egress_pcap: Option<PathBuf>,
+    /// Egress: send the chosen packets out of IFACE as they came in (needs CAP_NET_RAW;
+    /// Ethernet inputs).
+    #[arg(long, value_name = "IFACE")]
+    pub egress_iface: Option<String>,
+    /// Egress selector: a tcpdump expression each forwarded packet matches.
+    #[arg(long, value_name = "EXPR")]
+    pub egress_bpf: Option<String>,
+    /// Egress selector: addresses and networks (comma-separated, or @FILE one a line); a
+    /// packet is forwarded when either end is in one.
+    #[arg(long, value_name = "NETS", value_parser = parse_egress_hosts)]
+    pub egress_hosts: Option<EgressHosts>,
+    /// Egress selector: applications or protocols (DNS,TLS,YouTube, …); a packet is forwarded
+    /// when its flow's label names one (needs DPI).
+    #[arg(long, value_name = "APPS", value_parser = parse_egress_apps)]
+    pub egress_app: Option<EgressApps>,
+    /// With --egress-app: what happens to a flow's packets before its application is known.
+    #[arg(long, value_enum, default_value_t = UndecidedArg::Forward)]
+    pub egress_undecided: UndecidedArg,
+    /// Egress: forward only the first N packets of each flow, shunt the rest (0: all).
+    #[arg(long, default_value_t = 0, value_name = "N")]
+    pub egress_shunt_after: u64,
+    /// Egress: a ring file is closed at this many MiB and a new one started.
+    #[arg(long, default_value_t = 64, value_name = "MIB", value_parser = parse_positive_u64)]
+    pub egress_file_mb: u64,
+    /// Egress: ring files kept per shard; the oldest is deleted past this.
+    #[arg(long, default_value_t = 16, value_name = "N", value_parser = parse_positive_u64)]
+    pub egress_files: u64,
     /// No progress bar and no summary on stderr (errors are still printed).
     #[arg(short, long)]
     pub quiet: bool,
+}
+
+/// `--egress-undecided`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum UndecidedArg {
+    /// Forwarded until the application is known (an IDS sees each flow's start).
+    Forward,
+    /// Shunted until then: only packets of flows known to match go out.
+    Shunt,
+}
+
+/// `--egress-hosts` (a type of its own: clap reads a bare `Vec` as a repeated flag).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressHosts(pub Vec<(std::net::IpAddr, u8)>);
+
+/// `--egress-app`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct EgressApps(pub Vec<sonde_dpi::Proto>);
+
+pub fn parse_egress_hosts(s: &str) -> Result<EgressHosts, String> {
+    sonde_egress::parse_hosts(s).map(EgressHosts)
+}
+
+pub fn parse_egress_apps(s: &str) -> Result<EgressApps, String> {
+    sonde_egress::parse_apps(s).map(EgressApps)
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq, ValueEnum, Deserialize)]

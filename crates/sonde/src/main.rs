@@ -281,6 +281,24 @@ fn run(cli: Cli) -> Result<ExitCode> {
             );
         }
     }
+    if let (false, Some(e)) = (cli.quiet, &summary.egress) {
+        let c = e.counts;
+        eprintln!(
+            "sonde: egress: {} forwarded ({} bytes), {} shunted, {} dropped{}",
+            format_count(c.forwarded),
+            format_count(c.forwarded_bytes),
+            format_count(c.shunted),
+            format_count(c.dropped),
+            match e.files.len() {
+                0 => String::new(),
+                n => format!(", {n} pcap file{} kept", if n == 1 { "" } else { "s" }),
+            }
+        );
+    }
+    if let Some(e) = summary.egress.as_ref().and_then(|e| e.errors.first()) {
+        // Dropped frames are counted; what made them drop is said once.
+        eprintln!("sonde: egress: {e}");
+    }
     if let Some(e) = &summary.error {
         eprintln!("sonde: error: {e}");
         return Ok(ExitCode::FAILURE);

@@ -176,6 +176,42 @@ fn trigger_settings(cli: &Cli) -> Result<Option<sonde_trigger::TriggerConfig>> {
     Ok(Some(t))
 }
 
+/// Egress: the selectors and destinations of the `--egress-*` flags (None when no
+/// destination is given; a selector without one is a mistake said now).
+fn egress_settings(cli: &Cli, dpi: bool) -> Result<Option<sonde_egress::EgressConfig>> {
+    if cli.egress_pcap.is_none() && cli.egress_iface.is_none() {
+        let selector = [
+            (cli.egress_bpf.is_some(), "--egress-bpf"),
+            (cli.egress_hosts.is_some(), "--egress-hosts"),
+            (cli.egress_app.is_some(), "--egress-app"),
+            (cli.egress_shunt_after > 0, "--egress-shunt-after"),
+        ]
+        .into_iter()
+        .find(|(given, _)| *given);
+        if let Some((_, flag)) = selector {
+            bail!("{flag} chooses packets for egress, which needs a destination: add --egress-pcap DIR or --egress-iface IFACE");
+        }
+        return Ok(None);
+    }
+    if cli.egress_app.is_some() && !dpi {
+        bail!("--egress-app selects flows by their application, which needs DPI: drop --dpi off");
+    }
+    Ok(Some(sonde_egress::EgressConfig {
+        bpf: cli.egress_bpf.clone(),
+        hosts: cli.egress_hosts.clone().map(|h| h.0).unwrap_or_default(),
+        apps: cli.egress_app.clone().map(|a| a.0).unwrap_or_default(),
+        undecided: match cli.egress_undecided {
+            crate::cli::UndecidedArg::Forward => sonde_egress::Undecided::Forward,
+            crate::cli::UndecidedArg::Shunt => sonde_egress::Undecided::Shunt,
+        },
+        shunt_after: cli.egress_shunt_after,
+        pcap_dir: cli.egress_pcap.clone(),
+        file_bytes: cli.egress_file_mb.saturating_mul(1 << 20),
+        files: cli.egress_files.min(1 << 20) as usize,
+        iface: cli.egress_iface.clone(),
+    }))
+}
+
 /// Loads (or, on first start, creates) the users file and the TLS files for `--http`.
 pub(crate) fn server_guard(cli: &Cli) -> Result<sonde_server::Guard> {
     use sonde_server::users::{self, Role, Users};
@@ -424,6 +460,7 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.analytics = analytics_settings(cli)?;
     cfg.alerts = Some(alert_settings(cli)?);
     cfg.trigger = trigger_settings(cli)?;
+    cfg.egress = egress_settings(cli, cfg.dpi.is_some())?;
     if cfg.trigger.is_some() && cfg.analytics.is_none() {
         bail!("--trigger-capture needs the analytics (their detections start captures): drop --analytics off");
     }
