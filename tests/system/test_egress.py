@@ -233,3 +233,38 @@ def test_interface_egress_sends_exactly_the_selected_frames(sonde, corpus, workd
     assert s["egress"]["dropped"] == 0, s["egress"]
     # Same frames, same order (timestamps are the far end's, so only the bytes are compared).
     assert [b for _, b in got] == [b for _, b in want]
+
+
+def test_live_input_keeps_the_first_packets_of_each_flow(sonde_bin, workdir, veth):
+    """`-i` with `--egress-shunt-after 2`: 10 flows of 20 frames sent into a veth end, the
+    first 2 frames of each in the ring (the live path waits for the flow's verdict too)."""
+    import socket
+    from test_interfaces import _udp_frame
+
+    send_end, capture_end = veth
+    ring = workdir / "ring"
+    ring.mkdir()
+    stats = workdir / "stats.json"
+    proc = subprocess.Popen([str(sonde_bin), "-i", capture_end, "-f", "udp and dst port 47111",
+                             "--duration", "5", "--egress-pcap", str(ring),
+                             "--egress-shunt-after", "2", "--stats-json", str(stats), "-q"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, proc.stderr.read()
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((send_end, 0))
+        for i in range(200):
+            s.send(_udp_frame("10.9.0.1", "10.9.0.2", 2000 + i % 10, bytes([i]) * 32))
+        s.close()
+        _, err = proc.communicate(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+    assert proc.returncode == 0, err
+    e = json.loads(stats.read_text())["egress"]
+    assert (e["offered"], e["forwarded"], e["shunted"], e["dropped"]) == (200, 20, 180, 0), e
+    got = _ring(ring)
+    # Frames i and i+10 of each source port: the payload byte says which frame it was.
+    assert sorted(b[-1] for _, b in got) == list(range(20))

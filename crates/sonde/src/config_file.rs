@@ -37,6 +37,48 @@ pub struct File {
     pub alerts: AlertsSection,
     #[serde(default)]
     pub trigger: TriggerSection,
+    #[serde(default)]
+    pub egress: EgressSection,
+}
+
+/// `[egress]`: the packets of chosen flows to a pcap ring or an interface (`--egress-*`).
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct EgressSection {
+    pub pcap_dir: Option<PathBuf>,
+    pub iface: Option<String>,
+    pub bpf: Option<String>,
+    /// `["10.0.0.0/8", "192.0.2.7"]`, `"10.0.0.0/8,192.0.2.7"` or `"@hosts.txt"`.
+    #[serde(default, deserialize_with = "egress_hosts")]
+    pub hosts: Option<crate::cli::EgressHosts>,
+    /// `["DNS", "TLS"]` or `"DNS,TLS"`.
+    #[serde(default, deserialize_with = "egress_apps")]
+    pub apps: Option<crate::cli::EgressApps>,
+    /// `"forward"` or `"shunt"`.
+    pub undecided: Option<crate::cli::UndecidedArg>,
+    pub shunt_after: Option<u64>,
+    #[serde(default, deserialize_with = "positive_whole")]
+    pub file_mb: Option<u64>,
+    #[serde(default, deserialize_with = "positive_whole")]
+    pub files: Option<u64>,
+}
+
+fn egress_hosts<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::cli::EgressHosts>, D::Error> {
+    let items = one_or_many(d)?.unwrap_or_default();
+    crate::cli::parse_egress_hosts(&items.join(","))
+        .map(Some)
+        .map_err(custom)
+}
+
+fn egress_apps<'de, D: Deserializer<'de>>(
+    d: D,
+) -> Result<Option<crate::cli::EgressApps>, D::Error> {
+    let items = one_or_many(d)?.unwrap_or_default();
+    crate::cli::parse_egress_apps(&items.join(","))
+        .map(Some)
+        .map_err(custom)
 }
 
 /// `[trigger]`: trigger capture (`--trigger-*`).
@@ -597,6 +639,16 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(trigger_max_mb, t.max_mb);
     set!(trigger_max_seconds, t.max_seconds);
     set!(trigger_ring_mb, t.ring_mb);
+    let e = file.egress;
+    set_opt!(egress_pcap, e.pcap_dir.map(path));
+    set_opt!(egress_iface, e.iface);
+    set_opt!(egress_bpf, e.bpf);
+    set_opt!(egress_hosts, e.hosts);
+    set_opt!(egress_app, e.apps);
+    set!(egress_undecided, e.undecided);
+    set!(egress_shunt_after, e.shunt_after);
+    set!(egress_file_mb, e.file_mb);
+    set!(egress_files, e.files);
 }
 
 /// `sonde config example`: every section, with the defaults, commented.
@@ -654,6 +706,24 @@ mod tests {
         );
         let e = parse("[input]\ninterface = 3\n").unwrap_err();
         assert!(e.starts_with(" line 2, key input.interface"), "{e}");
+    }
+
+    #[test]
+    fn egress_keys_use_the_flags_parsers() {
+        let f = parse(
+            "[egress]\npcap_dir = \"out\"\nhosts = [\"10.0.0.0/8\", \"192.0.2.7\"]\napps = \"DNS,TLS\"\nundecided = \"shunt\"\n",
+        )
+        .unwrap();
+        assert_eq!(f.egress.hosts.map(|h| h.0.len()), Some(2));
+        assert_eq!(f.egress.apps.map(|a| a.0.len()), Some(2));
+        assert_eq!(f.egress.undecided, Some(crate::cli::UndecidedArg::Shunt));
+        let e = parse("[egress]\nhosts = [\"10.0.0.1/8\"]\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key egress.hosts"), "{e}");
+        assert!(e.contains("write 10.0.0.0/8"), "{e}");
+        let e = parse("[egress]\napps = [\"NoSuchApp\"]\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key egress.apps"), "{e}");
+        let e = parse("[egress]\nundecided = \"maybe\"\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key egress.undecided"), "{e}");
     }
 
     #[test]
