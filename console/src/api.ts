@@ -29,6 +29,10 @@ export interface Interface {
   non_ip: number;
   malformed: number;
   dropped: number;
+  /** Packets the full flow table could not take. */
+  table_full_dropped: number;
+  /** Packets -f rejected (a file input). */
+  filtered: number;
   capture_dropped: number;
   interface_dropped: number;
   /** Each input (-i, -r, --synthetic, --collect): the kernel's counts for live interfaces. */
@@ -78,6 +82,10 @@ export interface Tick {
   flows_active: number;
   hosts_active: number;
   dropped: number;
+  /** Packets the kernel dropped for lack of room in sonde's rings. */
+  capture_dropped: number;
+  /** Packets the full flow table could not take. */
+  table_full_dropped: number;
   packets_per_s: number;
   bits_per_s: number;
   /** With local networks: the IP bit rate of each flow direction; null without. */

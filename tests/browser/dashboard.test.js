@@ -85,6 +85,9 @@ test('deep links: a filtered hosts list, the interface and applications pages', 
   await page.goto(`${env.sonde.url}/#/interface`);
   await waitFor(async () => Number(await page.locator('td[data-counter="packets"] data').getAttribute('value')) > 0, { what: 'interface counters' });
   await page.locator('td[data-counter="capture_dropped"] data').waitFor();
+  // What -f rejected has its own row; sonde's drops are the flow table's alone.
+  await page.locator('td[data-counter="filtered"] data').waitFor();
+  await page.locator('td[data-counter="table_full_dropped"] data').waitFor();
   // One row per input, with the kernel's counters (a file's are zero).
   await waitFor(async () => (await page.locator('#inputs tbody tr').count()) === 1, { what: 'one input row' });
   // The flow outputs: the flows file, taking what it is given.

@@ -303,6 +303,48 @@ def test_events_stream_live_counters(sonde_bin, corpus):
         proc.communicate(timeout=30)
 
 
+def test_filtered_packets_are_not_drops(sonde_bin, corpus, tshark_tools):
+    """What `-f` rejects is counted as filtered, live, and kept out of the overload signals the
+    console charts (kernel drops, a full flow table)."""
+    pcap = corpus / "teams.pcap"
+    # BPF's "udp" is the packet's own protocol (tshark's "udp" also matches ICMP quoting UDP).
+    udp = oracle.tshark(["-r", str(pcap), "-Y", "udp and not icmp", "-T", "fields", "-e",
+                         "frame.number"]).count("\n")
+    total = oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "frame.number"]).count("\n")
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", pcap, "-f", "udp", "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", "20", "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.time() + 10
+        while True:
+            try:
+                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/interface",
+                                            timeout=10) as r:
+                    i = json.loads(r.read())
+                if i["packets"] == total:
+                    break
+            except (urllib.error.URLError, ConnectionError):
+                pass
+            assert time.time() < deadline, "the file's packets never all showed"
+            time.sleep(0.2)
+        assert i["filtered"] == total - udp > 0, i
+        assert i["dropped"] == i["filtered"]
+        assert i["table_full_dropped"] == 0 and i["capture_dropped"] == 0
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/v1/events", timeout=10) as resp:
+            while True:
+                line = resp.readline().decode().strip()
+                if line.startswith("data:"):
+                    e = json.loads(line[5:])
+                    break
+        assert e["dropped"] == total - udp
+        assert e["capture_dropped"] == 0 and e["table_full_dropped"] == 0, e
+    finally:
+        proc.send_signal(signal.SIGINT)
+        proc.communicate(timeout=30)
+
+
 def test_exposed_address_is_refused(sonde, corpus):
     pcap = corpus / "http_connect.pcap"
     for addr in ("0.0.0.0:3000", "[::]:3000"):

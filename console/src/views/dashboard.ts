@@ -32,6 +32,7 @@ export const dashboard: View = (root, _route, ctx) => {
   const fPkts = figure('Packet rate');
   const fFlows = figure('Active flows');
   const fHosts = figure('Active hosts');
+  // Overload only: packets the kernel or the full flow table dropped, not what -f rejected.
   const fDrops = figure('Dropped');
   const live = el('span', { class: 'live', 'data-state': 'connecting' }, 'connecting…');
 
@@ -94,7 +95,7 @@ export const dashboard: View = (root, _route, ctx) => {
       fPkts.v.textContent = fmt.pps(t.packets_per_s);
       fFlows.v.textContent = fmt.count(t.flows_active);
       fHosts.v.textContent = fmt.count(t.hosts_active);
-      fDrops.v.textContent = fmt.count(t.dropped);
+      fDrops.v.textContent = fmt.count((t.capture_dropped ?? 0) + (t.table_full_dropped ?? 0));
       if (directions && t.direction_bits_per_s) directions.push(t.t, t.direction_bits_per_s);
       live.textContent = 'live';
       live.dataset.state = 'live';

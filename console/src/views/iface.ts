@@ -18,7 +18,8 @@ const ROWS: [keyof Interface, string, (n: number) => string, string][] = [
   ['ip_bytes', 'IP bytes', fmt.bytes, 'IP total lengths'],
   ['non_ip', 'Non-IP packets', fmt.count, 'ARP, LLDP, …'],
   ['malformed', 'Malformed packets', fmt.count, 'could not be decoded'],
-  ['dropped', 'Dropped by sonde', fmt.count, 'flow table full'],
+  ['table_full_dropped', 'Dropped by sonde', fmt.count, 'flow table full'],
+  ['filtered', 'Rejected by the filter', fmt.count, '-f on a file'],
   ['capture_dropped', 'Dropped by the capture', fmt.count, 'kernel buffer full'],
   ['interface_dropped', 'Dropped by the interface', fmt.count, 'reported by the NIC'],
   ['flows_active', 'Active flows', fmt.count, ''],
@@ -32,7 +33,9 @@ export const iface: View = (root, _route, ctx) => {
     window: 120,
     series: [
       { label: 'packets/s', colorVar: '--c2', axis: 'left', format: fmt.pps },
-      { label: 'drops/s', colorVar: '--c3', axis: 'right', format: fmt.pps },
+      // The overload signals only: what a filter rejected is not a drop.
+      { label: 'kernel drops/s', colorVar: '--c3', axis: 'right', format: fmt.pps },
+      { label: 'table-full drops/s', colorVar: '--c4', axis: 'right', format: fmt.pps },
     ],
   });
   // In the interface's series, "out" is client to server.
@@ -89,11 +92,12 @@ export const iface: View = (root, _route, ctx) => {
     card('Flow outputs', el('div', { class: 'table-wrap', id: 'sinks' }, sinksT.el)),
   );
 
-  let lastDropped: number | null = null;
+  let last: { kernel: number; full: number } | null = null;
   const unsubscribe = subscribe((t) => {
-    const drops = lastDropped === null ? 0 : Math.max(0, t.dropped - lastDropped);
-    lastDropped = t.dropped;
-    chart.push(t.t, [t.packets_per_s, drops]);
+    const now = { kernel: t.capture_dropped ?? 0, full: t.table_full_dropped ?? 0 };
+    const rate = (k: 'kernel' | 'full') => (last === null ? 0 : Math.max(0, now[k] - last[k]));
+    chart.push(t.t, [t.packets_per_s, rate('kernel'), rate('full')]);
+    last = now;
   });
   const stopPoll = poll(async (signal) => {
     const i = await api.iface(signal);

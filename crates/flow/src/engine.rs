@@ -508,6 +508,14 @@ impl Engine {
         }
     }
 
+    /// A frame the capture filter (`-f` on a file) rejected: seen, counted as filtered, in no
+    /// flow. Counted here so the live counters show it as it happens.
+    pub fn count_filtered(&mut self, wire_len: u32) {
+        self.stats.packets += 1;
+        self.stats.wire_bytes += wire_len as u64;
+        self.stats.dropped[DropReason::Filtered as usize] += 1;
+    }
+
     /// Accounts the packets decoded so far.
     #[inline]
     pub fn flush_batch(&mut self) {

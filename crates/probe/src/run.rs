@@ -1094,7 +1094,6 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 pacer,
                                 progress,
                                 error,
-                                ingress: ShardStats::default(),
                                 next_sync_ns: 0,
                             };
                             source::run(ctx, input)

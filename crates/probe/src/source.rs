@@ -13,7 +13,7 @@ use crate::shard::{
 };
 use crossbeam_channel::{Receiver, RecvTimeoutError, Sender};
 use sonde_capture::{CaptureDrops, CaptureError, FileSource, LiveSource, SyntheticSource};
-use sonde_flow::{PacketRef, Payloads, ShardStats};
+use sonde_flow::{PacketRef, Payloads};
 use sonde_wire::LinkType;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -134,8 +134,6 @@ pub(crate) struct FileInput {
     pub pacer: Option<Pacer>,
     pub progress: Arc<AtomicU64>,
     pub error: Arc<Mutex<Option<CaptureError>>>,
-    /// Frames the filter rejected: the engine never sees them, so they are counted here.
-    pub ingress: ShardStats,
     /// With trigger capture: the packet time at which the shard next waits for the analytics
     /// (once per second of packet time).
     pub next_sync_ns: u64,
@@ -163,9 +161,7 @@ impl FileInput {
                 }
             };
             if !self.filters.accepts(link, f.data) {
-                self.ingress.packets += 1;
-                self.ingress.wire_bytes += f.wire_len as u64;
-                self.ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                ctx.engine.count_filtered(f.wire_len);
                 continue;
             }
             if let Some(wait) = self.pacer.as_mut().and_then(|p| p.due_in(f.ts_ns)) {
@@ -208,9 +204,7 @@ impl ShardSource for FileInput {
                 }
             };
             if !self.filters.accepts(link, f.data) {
-                self.ingress.packets += 1;
-                self.ingress.wire_bytes += f.wire_len as u64;
-                self.ingress.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
+                ctx.engine.count_filtered(f.wire_len);
                 continue;
             }
             if let Some(wait) = self.pacer.as_mut().and_then(|p| p.due_in(f.ts_ns)) {
@@ -251,9 +245,7 @@ impl ShardSource for FileInput {
 
     fn end(&mut self, ctx: ShardCtx) -> ShardOutput {
         self.report(&ctx);
-        let mut out = ctx.finish(CaptureDrops::default());
-        out.stats.merge(&self.ingress);
-        out
+        ctx.finish(CaptureDrops::default())
     }
 }
 

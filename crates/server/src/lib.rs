@@ -426,6 +426,8 @@ async fn interface(State(s): Shared) -> Json<Value> {
         "non_ip": t.non_ip,
         "malformed": t.malformed.iter().sum::<u64>(),
         "dropped": t.dropped.iter().sum::<u64>(),
+        "table_full_dropped": t.dropped[sonde_flow::DropReason::FlowTableFull as usize],
+        "filtered": t.dropped[sonde_flow::DropReason::Filtered as usize],
         "capture_dropped": drops.dropped,
         "interface_dropped": drops.if_dropped,
         "inputs": s.view.capture_drops_by_input().iter().map(|(name, d)| json!({
@@ -1298,6 +1300,11 @@ async fn events(
                 "flows_active": t.active_flows,
                 "hosts_active": t.active_hosts,
                 "dropped": t.dropped.iter().sum::<u64>(),
+                // The overload signals apart from what a filter rejected: packets the
+                // kernel dropped for lack of room in sonde's rings, and packets the full flow
+                // table could not take.
+                "capture_dropped": view.capture_drops().dropped,
+                "table_full_dropped": t.dropped[sonde_flow::DropReason::FlowTableFull as usize],
                 "packets_per_s": t.packets.saturating_sub(prev.packets) as f64 / dt,
                 "bits_per_s": t.wire_bytes.saturating_sub(prev.wire_bytes) as f64 * 8.0 / dt,
                 // With --local-networks: the IP bit rate of each flow direction (the counts
