@@ -39,6 +39,8 @@ export interface Interface {
   inputs?: InputCounters[];
   /** Each shard's ring drops. */
   shard_capture_dropped?: number[];
+  /** With --egress-*: what became of the packets offered to egress (null without). */
+  egress?: EgressCounters | null;
   flows_active: number;
   flows_created: number;
   hosts_active: number;
@@ -50,6 +52,14 @@ export interface Interface {
   directions?: Record<Direction, { packets: number; bytes: number; bits_per_s: number | null }> | null;
   /** With --geoip-dir: what its databases give (null without). */
   geoip?: { countries: boolean; asns: boolean; cities?: boolean } | null;
+}
+
+/** Egress of `/api/v1/interface`: forwarded to the pcap ring or interface, shunted, dropped. */
+export interface EgressCounters {
+  forwarded: number;
+  forwarded_bytes: number;
+  shunted: number;
+  dropped: number;
 }
 
 /** One input of `/api/v1/interface`: what the kernel delivered and dropped. */

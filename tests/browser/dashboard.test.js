@@ -2,14 +2,17 @@
 
 import assert from 'node:assert/strict';
 import path from 'node:path';
-import { test } from 'node:test';
-import { ARTIFACTS, CORPUS, login, screenshot, useSondeAndBrowser, waitFor } from './lib.js';
+import { after, test } from 'node:test';
+import { ARTIFACTS, CORPUS, login, screenshot, tmpdir, useSondeAndBrowser, waitFor } from './lib.js';
 
 // 59 s of Telegram traffic with 24 hosts: packets in nearly every second.
 const CAPTURE = path.join(CORPUS, 'telegram.pcap');
 
 // A flow output, for the Interface page's outputs card.
-const env = useSondeAndBrowser(CAPTURE, ['--flows-out', '/dev/null']);
+// Egress on too: the UDP packets (1566 of them, tcpdump -r telegram.pcap udp) to a pcap ring.
+const EGRESS = tmpdir('sonde-egress-');
+const env = useSondeAndBrowser(CAPTURE, ['--flows-out', '/dev/null', '--egress-pcap', EGRESS.dir, '--egress-bpf', 'udp']);
+after(() => EGRESS.remove());
 
 /** The chart canvas's pixels, as a hash-free copy to compare. */
 const pixels = (page) =>
@@ -88,6 +91,11 @@ test('deep links: a filtered hosts list, the interface and applications pages', 
   // What -f rejected has its own row; sonde's drops are the flow table's alone.
   await page.locator('td[data-counter="filtered"] data').waitFor();
   await page.locator('td[data-counter="table_full_dropped"] data').waitFor();
+  // Egress: its card appears with what was forwarded so far (the file replays at its pace).
+  const egress = async (k) => Number(await page.locator(`#egress td[data-egress="${k}"] data`).getAttribute('value'));
+  await waitFor(async () => (await page.locator('#egress').isVisible()) && (await egress('forwarded')) > 0, { what: 'egress forwarded packets' });
+  assert.ok((await egress('forwarded')) <= 1566);
+  assert.equal(await egress('dropped'), 0);
   // One row per input, with the kernel's counters (a file's are zero).
   await waitFor(async () => (await page.locator('#inputs tbody tr').count()) === 1, { what: 'one input row' });
   // The flow outputs: the flows file, taking what it is given.

@@ -83,12 +83,28 @@ export const iface: View = (root, _route, ctx) => {
     empty: 'No input.',
     className: 'data inputs',
   });
+  // Egress (--egress-*): shown once the API says it is on.
+  const egressCells = new Map<string, HTMLElement>();
+  const egressBody = el('tbody');
+  for (const [k, label, note] of [
+    ['forwarded', 'Forwarded', 'to the pcap ring or interface'],
+    ['forwarded_bytes', 'Bytes forwarded', 'as captured'],
+    ['shunted', 'Shunted', 'not chosen'],
+    ['dropped', 'Dropped', 'chosen, but the destination could not take them'],
+  ]) {
+    const td = el('td', { class: 'num', 'data-egress': k }, '–');
+    egressCells.set(k, td);
+    egressBody.append(el('tr', {}, el('th', { scope: 'row' }, label), td, el('td', { class: 'muted' }, note)));
+  }
+  const egressCard = card('Egress', el('div', { class: 'table-wrap', id: 'egress' }, el('table', { class: 'data' }, el('caption', { class: 'sr-only' }, 'Egress counters'), egressBody)));
+  egressCard.hidden = true;
   root.append(
     heading('Interface', source),
     el('section', { class: 'card wide', 'aria-labelledby': 'if-rate' }, el('h2', { id: 'if-rate' }, 'Packets and drops'), chart.el),
     ...(long ? [long.el] : []),
     card('Counters', el('div', { class: 'table-wrap' }, counters)),
     card('Inputs', el('div', { class: 'table-wrap', id: 'inputs' }, inputsT.el)),
+    egressCard,
     card('Flow outputs', el('div', { class: 'table-wrap', id: 'sinks' }, sinksT.el)),
   );
 
@@ -107,6 +123,13 @@ export const iface: View = (root, _route, ctx) => {
       cells.get(k)?.replaceChildren(num(v, f(v)));
     }
     inputsT.update(i.inputs ?? []);
+    egressCard.hidden = !i.egress;
+    if (i.egress) {
+      for (const [k, td] of egressCells) {
+        const v = i.egress[k as keyof typeof i.egress];
+        td.replaceChildren(num(v, k === 'forwarded_bytes' ? fmt.bytes(v) : fmt.count(v)));
+      }
+    }
     sinksT.update((await api.sinks(signal)).sinks);
   }, 2000);
   return stopAll(unsubscribe, stopPoll, () => chart.destroy(), long?.stop);

@@ -271,7 +271,6 @@ impl ShardEgress {
             }
         }
         verdicts.drain(..used);
-        self.publish();
     }
 
     /// Whether a frame goes out: it passed the frame's selectors, and its flow (if the
@@ -332,7 +331,9 @@ impl ShardEgress {
         }
     }
 
-    fn publish(&self) {
+    /// Makes this shard's counts visible to [`Egress::counts`] (the API, `/metrics`); the
+    /// shard calls it at its housekeeping, not per packet.
+    pub fn publish(&self) {
         let mut shared = self.shared.lock().unwrap_or_else(|e| e.into_inner());
         if let Some(slot) = shared.shards.get_mut(self.index) {
             *slot = self.counts;

@@ -142,6 +142,9 @@ impl ShardCtx {
     /// Publishes stats, hands expired records to the sink and answers snapshot requests.
     pub fn housekeeping(&mut self) {
         self.drain();
+        if let Some(e) = &self.egress {
+            e.publish();
+        }
         let mut stats = self.engine.stats();
         stats.reader_ns = self.reader_ns;
         *self.shared.stats.lock().unwrap_or_else(|e| e.into_inner()) = stats;
