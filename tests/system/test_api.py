@@ -259,17 +259,23 @@ def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
     assert any(p["value"] is None for p in got["points"]), "gaps are null"
 
 
+def _serve(sonde_bin, pcap, *args):
+    """sonde reading `pcap` with the API on a free port for 20 s (no logins): (port, process)."""
+    port = free_port()
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-r", pcap, *args, "--http", f"127.0.0.1:{port}", "--no-auth",
+         "--duration", "20", "-q"],
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    return port, proc
+
+
 def test_events_stream_live_counters(sonde_bin, corpus):
     """Server-Sent Events: one `interface` event a second, counters that only grow, while a
     capture is replayed at its own pace."""
     pcap = corpus / "tor.pcap"  # about ten minutes at its own pace: traffic all along
     if not pcap.exists():
         pytest.skip("tor.pcap not in the corpus")
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sonde_bin), "-r", pcap, "--replay", "realtime", "--http", f"127.0.0.1:{port}", "--no-auth",
-         "--duration", "20", "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port, proc = _serve(sonde_bin, pcap, "--replay", "realtime")
     try:
         deadline = time.time() + 10
         while True:
@@ -311,11 +317,7 @@ def test_filtered_packets_are_not_drops(sonde_bin, corpus, tshark_tools):
     udp = oracle.tshark(["-r", str(pcap), "-Y", "udp and not icmp", "-T", "fields", "-e",
                          "frame.number"]).count("\n")
     total = oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "frame.number"]).count("\n")
-    port = free_port()
-    proc = subprocess.Popen(
-        [str(sonde_bin), "-r", pcap, "-f", "udp", "--http", f"127.0.0.1:{port}", "--no-auth",
-         "--duration", "20", "-q"],
-        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    port, proc = _serve(sonde_bin, pcap, "-f", "udp")
     try:
         deadline = time.time() + 10
         while True:
