@@ -259,7 +259,7 @@ def test_series_endpoint_reads_the_data_directory(sonde_bin, corpus, workdir):
     assert any(p["value"] is None for p in got["points"]), "gaps are null"
 
 
-def _serve(sonde_bin, pcap, *args):
+def _serve_file_api(sonde_bin, pcap, *args):
     """sonde reading `pcap` with the API on a free port for 20 s (no logins): (port, process)."""
     port = free_port()
     proc = subprocess.Popen(
@@ -275,7 +275,7 @@ def test_events_stream_live_counters(sonde_bin, corpus):
     pcap = corpus / "tor.pcap"  # about ten minutes at its own pace: traffic all along
     if not pcap.exists():
         pytest.skip("tor.pcap not in the corpus")
-    port, proc = _serve(sonde_bin, pcap, "--replay", "realtime")
+    port, proc = _serve_file_api(sonde_bin, pcap, "--replay", "realtime")
     try:
         deadline = time.time() + 10
         while True:
@@ -317,7 +317,7 @@ def test_filtered_packets_are_not_drops(sonde_bin, corpus, tshark_tools):
     udp = oracle.tshark(["-r", str(pcap), "-Y", "udp and not icmp", "-T", "fields", "-e",
                          "frame.number"]).count("\n")
     total = oracle.tshark(["-r", str(pcap), "-T", "fields", "-e", "frame.number"]).count("\n")
-    port, proc = _serve(sonde_bin, pcap, "-f", "udp")
+    port, proc = _serve_file_api(sonde_bin, pcap, "-f", "udp")
     try:
         deadline = time.time() + 10
         while True:
