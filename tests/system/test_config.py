@@ -178,7 +178,7 @@ def test_the_printed_example_checks_and_runs(sonde, sonde_bin, workdir):
     for line in ex.stdout.splitlines():
         assert not line.startswith("[") or line.strip("[]") in (
             "input", "flows", "dpi", "output", "http", "history", "analytics", "alerts",
-            "trigger"), line
+            "trigger", "egress"), line
 
 
 def test_relative_paths_are_taken_from_the_file(sonde, corpus, workdir):
