@@ -14,30 +14,21 @@ import collections
 import json
 import os
 import shutil
-import struct
 import subprocess
 import time
 from pathlib import Path
 
 import pytest
 
+from test_link_types import _read_pcap
+
 PCAP = "teams.pcap"  # 1540 frames in 26 s: TCP, UDP, DNS, STUN, ICMP, ARP, STP
 
 
 def _frames(path: Path) -> list[tuple[int, bytes]]:
-    """(timestamp in µs, bytes) of each frame of a classic pcap file (µs or ns, either order)."""
-    data = path.read_bytes()
-    magic = data[:4]
-    order = {b"\xd4\xc3\xb2\xa1": "<", b"\xa1\xb2\xc3\xd4": ">",
-             b"\x4d\x3c\xb2\xa1": "<", b"\xa1\xb2\x3c\x4d": ">"}[magic]
-    nano = magic in (b"\x4d\x3c\xb2\xa1", b"\xa1\xb2\x3c\x4d")
-    out, off = [], 24
-    while off + 16 <= len(data):
-        sec, frac, caplen, _ = struct.unpack(order + "IIII", data[off:off + 16])
-        usec = frac // 1000 if nano else frac
-        out.append((sec * 1_000_000 + usec, data[off + 16:off + 16 + caplen]))
-        off += 16 + caplen
-    return out
+    """(timestamp in µs, bytes) of each frame of a classic µs pcap file (sonde's ring,
+    tcpdump -w and tshark -F pcap all write those)."""
+    return [(sec * 1_000_000 + usec, data) for sec, usec, data, _ in _read_pcap(path)]
 
 
 def _ring(d: Path) -> list[tuple[int, bytes]]:

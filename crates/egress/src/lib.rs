@@ -125,7 +125,6 @@ impl Egress {
         Ok(ShardEgress {
             index,
             cfg: self.cfg.clone(),
-            needs_flow: self.cfg.needs_flow(),
             filters: LinkFilters::new(self.expr.clone(), None),
             ring,
             tx,
@@ -192,7 +191,6 @@ struct Held {
 pub struct ShardEgress {
     index: usize,
     cfg: Arc<EgressConfig>,
-    needs_flow: bool,
     filters: LinkFilters,
     ring: Option<ring::PcapRing>,
     tx: Option<iface::IfaceTx>,
@@ -208,7 +206,7 @@ pub struct ShardEgress {
 impl ShardEgress {
     /// Whether frames wait for the engine's verdicts ([`sonde_flow::Engine::record_verdicts`]).
     pub fn needs_flow(&self) -> bool {
-        self.needs_flow
+        self.cfg.needs_flow()
     }
 
     /// Offers one frame, right after the engine took it; `in_flow` is what
@@ -217,7 +215,7 @@ impl ShardEgress {
     pub fn offer(&mut self, link: LinkType, ts_ns: u64, wire_len: u32, data: &[u8], in_flow: bool) {
         self.counts.offered += 1;
         let frame_ok = self.filters.accepts(link, data);
-        if !self.needs_flow || (self.held.is_empty() && !in_flow) {
+        if !self.needs_flow() || (self.held.is_empty() && !in_flow) {
             // Nothing to wait for, and nothing ahead of it to keep the order with.
             if self.select(frame_ok, None) {
                 self.forward(link, ts_ns, wire_len, data);

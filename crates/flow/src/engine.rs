@@ -694,10 +694,12 @@ impl Engine {
         self.scratch = Some(scratch);
     }
 
-    #[cold]
+    /// Out of line: the packet loop only pays a branch for it when egress is off.
+    #[inline(never)]
     fn record_verdict(&mut self, slot: u32) {
+        // NO_SLOT (a full table) is past the end of `flows`: no flow.
         let v = match self.flows.get(slot as usize) {
-            Some(f) if slot != NO_SLOT => FlowVerdict {
+            Some(f) => FlowVerdict {
                 flowed: true,
                 l7: f.l7,
                 decided: f.dpi_done,
