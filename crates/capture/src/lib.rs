@@ -8,8 +8,9 @@
 //!
 //! * [`file::FileSource`]: pcap (µs/ns, either byte order) and pcapng, read with large buffered
 //!   reads (not mmap, so resident memory measures the engine, not the page cache).
-//! * [`live::LiveSource`]: libpcap on an interface, non-blocking, with an optional
-//!   PACKET_FANOUT group so several shards each get their own share of the flows.
+//! * [`live::LiveSource`]: an interface, non-blocking, through sonde's own TPACKET_V3 ring
+//!   ([`ring`]), AF_XDP sockets ([`xdp`]) or libpcap, with a PACKET_FANOUT group (or a
+//!   receive queue each) so several shards each get their own share of the flows.
 //! * [`synthetic::SyntheticSource`]: Cento's "dummy interface": frames forged in memory among
 //!   N hosts, used by the benchmarks.
 //! * [`writer::PcapWriter`]: writes classic pcap files (for the generator and tests).
@@ -17,12 +18,14 @@
 pub mod error;
 pub mod file;
 pub mod live;
+pub mod ring;
 pub mod synthetic;
 pub mod writer;
+pub mod xdp;
 
 pub use error::CaptureError;
 pub use file::FileSource;
-pub use live::{CaptureDrops, LinkFilters, LiveConfig, LiveSource, OfflineFilter};
+pub use live::{CaptureBackend, CaptureDrops, LinkFilters, LiveConfig, LiveSource, OfflineFilter};
 pub use synthetic::{Payload, SyntheticSource, SyntheticSpec};
 pub use writer::PcapWriter;
 

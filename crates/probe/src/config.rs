@@ -145,6 +145,9 @@ pub struct ProbeConfig {
     pub threads: usize,
     /// `--cpus`: shard i runs pinned to `cpus[i]` (as many as shards, checked at start).
     pub cpus: Option<Vec<usize>>,
+    /// How live interfaces are read (backend, ring sizes): each interface's handles start
+    /// from this, with its own name, the filter and a fanout group.
+    pub live: sonde_capture::LiveConfig,
     pub replay: Replay,
     /// Table capacities here are totals; each shard gets an equal share.
     pub engine: EngineConfig,
@@ -209,6 +212,7 @@ impl ProbeConfig {
             filter: None,
             threads: 1,
             cpus: None,
+            live: sonde_capture::LiveConfig::new(""),
             replay: Replay::Fast,
             engine: EngineConfig::default(),
             flows_out: None,

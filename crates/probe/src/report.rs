@@ -71,6 +71,7 @@ fn cpu_and_rss() -> (f64, u64) {
 fn input_json(i: &crate::InputReport) -> Value {
     json!({
         "name": i.name,
+        "capture_backend": i.capture_backend,
         "packets": i.stats.packets,
         "wire_bytes": i.stats.wire_bytes,
         "flows_created": i.stats.flows_created,

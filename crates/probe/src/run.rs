@@ -232,10 +232,12 @@ impl Probe {
         let mut inputs: Vec<InputReport> = (self.inputs.names.iter().cloned())
             .zip(self.inputs.stats_by_input(&stats))
             .zip(self.inputs.by_input(&captures))
-            .map(|((name, stats), capture)| InputReport {
+            .enumerate()
+            .map(|(k, ((name, stats), capture))| InputReport {
                 name,
                 stats,
                 capture,
+                capture_backend: self.inputs.capture_backends.get(k).cloned().flatten(),
             })
             .collect();
         let mut shards = Vec::new();
@@ -505,6 +507,14 @@ impl ProbeView {
     pub fn capture_drops_by_input(&self) -> Vec<(String, CaptureDrops)> {
         let per_input = self.inputs.by_input(&self.capture_drops_by_shard());
         self.inputs.names.iter().cloned().zip(per_input).collect()
+    }
+
+    /// What reads each live interface, by name ("ring", "pcap", "xdp native copy").
+    pub fn capture_backends(&self) -> Vec<(String, String)> {
+        (self.inputs.names.iter())
+            .zip(&self.inputs.capture_backends)
+            .filter_map(|(n, b)| Some((n.clone(), b.clone()?)))
+            .collect()
     }
 
     /// [`ProbeView::capture_drops_by_input`] and [`ProbeView::capture_drops_by_shard`] for
@@ -1049,6 +1059,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     let mut reader = None;
     let mut file_len = None;
     let mut deadline = cfg.duration.map(|d| Instant::now() + d);
+    let mut capture_backends = vec![None; cfg.inputs.len()];
     for (k, input) in cfg.inputs.iter().enumerate() {
         // This input's shards, named by their index among all shards.
         let first = k * per_input;
@@ -1139,21 +1150,36 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 // One fanout group per interface.
                 let group =
                     (per_input > 1).then(|| ((std::process::id() + k as u32) & 0xffff) as u16);
-                let mut sources = Vec::new();
-                for _ in 0..per_input {
-                    let mut lc = LiveConfig::new(name);
-                    lc.filter = cfg.filter.clone();
-                    lc.fanout_group = group;
-                    sources.push(LiveSource::open(lc)?);
-                }
+                let lc = LiveConfig {
+                    interface: name.clone(),
+                    filter: cfg.filter.clone(),
+                    fanout_group: group,
+                    ..cfg.live.clone()
+                };
+                let sources = LiveSource::open_group(&lc, per_input)?;
+                capture_backends[k] = sources.first().map(|s| s.description().to_string());
                 if let (Some(t), Some(src)) = (&trigger, sources.first()) {
                     t.set_link_hint(src.link_type());
                 }
                 for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
                     let (link, error) = (src.link_type(), error.clone());
+                    // AF_XDP has no socket filter: the shard applies it, as to a file's frames.
+                    let filters = src
+                        .filters_in_user_space()
+                        .then(|| Filters::new(cfg.filter.clone(), None));
                     shard_handles.push(spawn(
                         format!("shard{}", first + i),
-                        Box::new(move || source::run(ctx, source::LiveInput { src, link, error })),
+                        Box::new(move || {
+                            source::run(
+                                ctx,
+                                source::LiveInput {
+                                    src,
+                                    link,
+                                    error,
+                                    filters,
+                                },
+                            )
+                        }),
                     )?);
                 }
             }
@@ -1285,6 +1311,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 .collect(),
             per_input,
             file: cfg.inputs.iter().position(|i| matches!(i, Input::File(_))),
+            capture_backends,
         }),
         stop,
         shards: shard_handles,
@@ -1365,6 +1392,8 @@ pub struct InputReport {
     pub name: String,
     pub stats: ShardStats,
     pub capture: CaptureDrops,
+    /// What read a live interface (`--capture`'s choice, with its mode).
+    pub capture_backend: Option<String>,
 }
 
 /// Which shards read which input: input i has shards `i × per_input ..` `(i + 1) × per_input`.
@@ -1376,6 +1405,8 @@ pub(crate) struct InputShards {
     pub per_input: usize,
     /// The file input, whose reader (with several shards) counts what it keeps from them.
     pub file: Option<usize>,
+    /// What reads each live interface ("ring", "pcap", "xdp native copy"; None for others).
+    pub capture_backends: Vec<Option<String>>,
 }
 
 impl InputShards {

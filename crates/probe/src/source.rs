@@ -301,12 +301,15 @@ impl ShardSource for DecodedInput {
     }
 }
 
-/// A libpcap handle of this shard's own (a fanout member when there are several).
+/// A capture handle of this shard's own (a fanout member, or one receive queue, when there
+/// are several).
 pub(crate) struct LiveInput {
     pub src: LiveSource,
     pub link: LinkType,
     /// Where a capture error goes: the run ends with it (the binary prints it).
     pub error: Arc<Mutex<Option<CaptureError>>>,
+    /// The capture filter, when the kernel could not apply it (AF_XDP; a `vlan` expression).
+    pub filters: Option<Filters>,
 }
 
 impl ShardSource for LiveInput {
@@ -318,6 +321,13 @@ impl ShardSource for LiveInput {
         while n < 64 {
             match self.src.next_frame() {
                 Ok(Some(f)) => {
+                    n += 1;
+                    if let Some(fl) = self.filters.as_mut() {
+                        if !fl.accepts(self.link, f.data) {
+                            ctx.engine.count_filtered(f.wire_len);
+                            continue;
+                        }
+                    }
                     if let Some(t) = ctx.trigger.as_mut() {
                         t.packet(self.link, f.ts_ns, f.wire_len, f.data);
                     }
@@ -325,7 +335,6 @@ impl ShardSource for LiveInput {
                     if let Some(e) = ctx.egress.as_mut() {
                         e.offer(self.link, f.ts_ns, f.wire_len, f.data, in_flow);
                     }
-                    n += 1;
                 }
                 // Idle link (or a burst drained).
                 Ok(None) if n == 0 => return Fed::Idle,
@@ -360,7 +369,14 @@ impl ShardSource for LiveInput {
         // What arrived before the stop but sits in a block the kernel has not handed over yet.
         let link = self.link;
         let (engine, trigger, egress) = (&mut ctx.engine, &mut ctx.trigger, &mut ctx.egress);
+        let filters = &mut self.filters;
         self.src.drain(|f| {
+            if let Some(fl) = filters.as_mut() {
+                if !fl.accepts(link, f.data) {
+                    engine.count_filtered(f.wire_len);
+                    return;
+                }
+            }
             if let Some(t) = trigger.as_mut() {
                 t.packet(link, f.ts_ns, f.wire_len, f.data);
             }

@@ -416,6 +416,7 @@ async fn interface(State(s): Shared) -> Json<Value> {
         r
     };
     let drops = s.view.capture_drops();
+    let backends = s.view.capture_backends();
     let local = s.view.local_networks();
     Json(json!({
         "source": s.info.source,
@@ -432,6 +433,7 @@ async fn interface(State(s): Shared) -> Json<Value> {
         "interface_dropped": drops.if_dropped,
         "inputs": s.view.capture_drops_by_input().iter().map(|(name, d)| json!({
             "name": name,
+            "capture": backends.iter().find(|(n, _)| n == name).map(|(_, b)| b),
             "received": d.received,
             "capture_dropped": d.dropped,
             "interface_dropped": d.if_dropped,
@@ -1534,6 +1536,19 @@ fn capture_metrics(out: &mut String, view: &sonde_probe::ProbeView) {
     use std::fmt::Write;
     let (live, shards) = view.live_capture_drops();
     if !live.is_empty() {
+        let _ = writeln!(
+            out,
+            "# HELP sonde_input_capture_info What reads each live interface (--capture): ring, pcap, or xdp with its mode.\n\
+             # TYPE sonde_input_capture_info gauge"
+        );
+        for (name, backend) in view.capture_backends() {
+            let _ = writeln!(
+                out,
+                "sonde_input_capture_info{{interface=\"{}\",capture=\"{}\"}} 1",
+                analytics::prom_escape(&name),
+                analytics::prom_escape(&backend)
+            );
+        }
         let _ = writeln!(
             out,
             "# HELP sonde_input_received_total Packets the kernel delivered to sonde's sockets, per interface.\n\

@@ -64,6 +64,24 @@ pub struct Cli {
     /// the i-th CPU listed. As many CPUs as shards (--threads × inputs), among those sonde may use
     #[arg(long, value_name = "LIST", value_parser = parse_cpu_list)]
     pub cpus: Option<CpuList>,
+    /// How -i interfaces are read: auto (ring where it applies, else pcap), ring (sonde's own
+    /// AF_PACKET TPACKET_V3 ring, the filter in the kernel), xdp (AF_XDP, one receive queue
+    /// a shard: --threads as many as the interface has; its packets no longer reach this
+    /// host's own stack, for span and tap ports), pcap (libpcap).
+    #[arg(long, value_enum, default_value_t = CaptureArg::Auto)]
+    pub capture: CaptureArg,
+    /// Memory of each shard's capture ring, MiB (the AF_PACKET ring, libpcap's buffer, or
+    /// AF_XDP's frames): what absorbs a burst while the shard is busy.
+    #[arg(long, default_value_t = 64, value_name = "MIB", value_parser = parse_ring_mb)]
+    pub capture_ring_mb: u64,
+    /// Size of a TPACKET_V3 ring block, KiB (a power of two from 4 to 65536): the kernel hands
+    /// the ring over a block at a time.
+    #[arg(long, default_value_t = 1024, value_name = "KIB", value_parser = parse_block_kb)]
+    pub capture_block_kb: u64,
+    /// Longest the kernel holds a partly filled ring block before handing it over, ms: the
+    /// most a packet waits on a quiet link (1 to 1000).
+    #[arg(long, default_value_t = 50, value_name = "MS", value_parser = parse_block_ms)]
+    pub capture_block_ms: u64,
     /// Read a file as fast as possible (fast), paced by its timestamps (realtime), or paced and
     /// over and over with its times moved to now, each pass after the last (loop: a demo or
     /// a test bench that looks live; runs until Ctrl-C or --duration).
@@ -336,6 +354,15 @@ pub enum FormatArg {
 
 #[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
 #[serde(rename_all = "lowercase")]
+pub enum CaptureArg {
+    Auto,
+    Ring,
+    Xdp,
+    Pcap,
+}
+
+#[derive(Clone, Copy, Debug, ValueEnum, Deserialize)]
+#[serde(rename_all = "lowercase")]
 pub enum TableFullArg {
     Evict,
     Drop,
@@ -420,6 +447,24 @@ pub fn parse_ring_mb(s: &str) -> Result<u64, String> {
         Ok(n) if (1..=4096).contains(&n) => Ok(n),
         _ => Err(format!(
             "'{s}' is not a whole number of MiB between 1 and 4096"
+        )),
+    }
+}
+
+pub fn parse_block_kb(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (4..=65536).contains(&n) && n.is_power_of_two() => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a power of two of KiB between 4 and 65536 (e.g. 1024)"
+        )),
+    }
+}
+
+pub fn parse_block_ms(s: &str) -> Result<u64, String> {
+    match s.trim().parse::<u64>() {
+        Ok(n) if (1..=1000).contains(&n) => Ok(n),
+        _ => Err(format!(
+            "'{s}' is not a whole number of milliseconds between 1 and 1000"
         )),
     }
 }

@@ -131,6 +131,20 @@ fn ring_mb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
         .map_err(custom)
 }
 
+fn block_kb<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = u64::deserialize(d)?;
+    crate::cli::parse_block_kb(&v.to_string())
+        .map(Some)
+        .map_err(custom)
+}
+
+fn block_ms<'de, D: Deserializer<'de>>(d: D) -> Result<Option<u64>, D::Error> {
+    let v = u64::deserialize(d)?;
+    crate::cli::parse_block_ms(&v.to_string())
+        .map(Some)
+        .map_err(custom)
+}
+
 #[derive(Debug, Default, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct InputSection {
@@ -148,6 +162,14 @@ pub struct InputSection {
     /// `--cpus`: "2-9" or "0,2,4-7".
     #[serde(default, deserialize_with = "cpus")]
     pub cpus: Option<crate::cli::CpuList>,
+    /// `--capture`: "auto", "ring", "xdp" or "pcap".
+    pub capture: Option<crate::cli::CaptureArg>,
+    #[serde(default, deserialize_with = "ring_mb")]
+    pub capture_ring_mb: Option<u64>,
+    #[serde(default, deserialize_with = "block_kb")]
+    pub capture_block_kb: Option<u64>,
+    #[serde(default, deserialize_with = "block_ms")]
+    pub capture_block_ms: Option<u64>,
     #[serde(default, deserialize_with = "positive_seconds")]
     pub duration: Option<f64>,
 }
@@ -571,6 +593,10 @@ pub fn apply(file: File, base: &Path, cli: &mut Cli, m: &ArgMatches) {
     set!(replay, i.replay);
     set!(threads, i.threads);
     set_opt!(cpus, i.cpus);
+    set!(capture, i.capture);
+    set!(capture_ring_mb, i.capture_ring_mb);
+    set!(capture_block_kb, i.capture_block_kb);
+    set!(capture_block_ms, i.capture_block_ms);
     set_opt!(duration, i.duration);
 
     let f = file.flows;
@@ -691,6 +717,28 @@ mod tests {
         assert!(e.contains("not a CPU number or a range"), "{e}");
         let ok = parse("[input]\ncpus = \"0,2-3\"\n").unwrap();
         assert_eq!(ok.input.cpus, Some(crate::cli::CpuList(vec![0, 2, 3])));
+    }
+
+    #[test]
+    fn capture_settings_are_checked_like_the_flags() {
+        let e = parse("[input]\ncapture = \"dpdk\"\n").unwrap_err();
+        assert!(e.starts_with(" line 2, key input.capture"), "{e}");
+        let e = parse("[input]\ncapture_block_kb = 1000\n").unwrap_err();
+        assert!(
+            e.contains("input.capture_block_kb") && e.contains("power of two"),
+            "{e}"
+        );
+        let e = parse("[input]\ncapture_block_ms = 0\n").unwrap_err();
+        assert!(e.contains("input.capture_block_ms"), "{e}");
+        let ok =
+            parse("[input]\ncapture = \"xdp\"\ncapture_ring_mb = 128\ncapture_block_kb = 256\n")
+                .unwrap();
+        assert!(matches!(
+            ok.input.capture,
+            Some(crate::cli::CaptureArg::Xdp)
+        ));
+        assert_eq!(ok.input.capture_ring_mb, Some(128));
+        assert_eq!(ok.input.capture_block_kb, Some(256));
         let e = parse("[flows\n").unwrap_err();
         assert!(e.starts_with(" line 1"), "{e}");
     }

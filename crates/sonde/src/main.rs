@@ -140,6 +140,11 @@ fn run(cli: Cli) -> Result<ExitCode> {
         .transpose()
         .map_err(anyhow::Error::msg)?;
     let probe = sonde_probe::start(cfg)?;
+    if !cli.quiet {
+        for (name, backend) in probe.view().capture_backends() {
+            eprintln!("sonde: capturing on {name} through {backend}");
+        }
+    }
     let server = match bound {
         Some(addr) => {
             let info = sonde_server::ServerInfo {

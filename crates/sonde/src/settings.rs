@@ -3,11 +3,11 @@
 //! rules, then every setting checked and turned into a [`ProbeConfig`]. Nothing is opened or
 //! started here (`sonde config check` stops after [`prepare`]).
 
-use crate::cli::{Cli, DpiArg, FormatArg, OnOff, ReplayArg, TableFullArg};
+use crate::cli::{CaptureArg, Cli, DpiArg, FormatArg, OnOff, ReplayArg, TableFullArg};
 use crate::config_file;
 use anyhow::{bail, Context, Result};
 use clap::{CommandFactory, FromArgMatches};
-use sonde_capture::SyntheticSpec;
+use sonde_capture::{CaptureBackend, SyntheticSpec};
 use sonde_dpi::{Backend, DpiConfig, Services, NDPI_AVAILABLE};
 use sonde_export::Format;
 use sonde_flow::{EngineConfig, FullPolicy};
@@ -351,6 +351,15 @@ pub(crate) fn prepare(cli: &Cli) -> Result<Prepared> {
     cfg.filter = cli.filter.clone();
     cfg.threads = cli.threads;
     cfg.cpus = cli.cpus.as_ref().map(|c| c.0.clone());
+    cfg.live.backend = match cli.capture {
+        CaptureArg::Auto => CaptureBackend::Auto,
+        CaptureArg::Ring => CaptureBackend::Ring,
+        CaptureArg::Xdp => CaptureBackend::Xdp,
+        CaptureArg::Pcap => CaptureBackend::Pcap,
+    };
+    cfg.live.ring_bytes = (cli.capture_ring_mb << 20) as usize;
+    cfg.live.ring_block_bytes = (cli.capture_block_kb << 10) as usize;
+    cfg.live.block_ms = cli.capture_block_ms as i32;
     cfg.replay = match cli.replay {
         ReplayArg::Fast => Replay::Fast,
         ReplayArg::Realtime => Replay::Realtime,
