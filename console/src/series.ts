@@ -147,3 +147,14 @@ export async function recentRates(
   const pkts = s.points.map((p) => (p.value ? (p.value[PACKETS_IN] + p.value[PACKETS_OUT]) / step : null));
   return { t: s.points.map((p) => p.t), bitsOut: col(BYTES_OUT, 8), bitsIn: col(BYTES_IN, 8), pkts };
 }
+
+/**
+ * The last `seconds` of an interface gauge series kept as a per-second count (gauge:drops,
+ * gauge:capture_drops): the value of each second, its time `t`; null where nothing is stored.
+ */
+export async function recentCounts(key: string, seconds: number): Promise<{ t: number[]; v: (number | null)[] }> {
+  const now = Math.floor(Date.now() / 1000);
+  const s = await api.series({ family: 'interface', key, resolution: '1s', from: now - seconds, to: now + 1 });
+  const step = RESOLUTION[s.resolution] ?? 1;
+  return { t: s.points.map((p) => p.t), v: s.points.map((p) => (p.value ? p.value[BYTES_IN] / step : null)) };
+}

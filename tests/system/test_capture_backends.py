@@ -285,3 +285,77 @@ def test_no_permission_is_named(veth, sonde_bin, backend):
                        stdin=subprocess.DEVNULL)
     assert not p.stderr.startswith("setpriv:"), p.stderr
     assert_clean_error(p, r"no permission to capture.*setcap", f"--capture {backend} as nobody")
+
+
+def _series_sum(sonde_bin: Path, data: Path, key: str) -> int:
+    q = subprocess.run([str(sonde_bin), "query", "--data-dir", str(data), "series", "--key", key,
+                        "--resolution", "1s", "--from", "2000-01-01", "--to", "2100-01-01",
+                        "--format", "jsonl"], capture_output=True, text=True, timeout=60)
+    assert q.returncode == 0, q.stderr
+    return sum(json.loads(l).get("BYTES_IN", 0) for l in q.stdout.splitlines() if l.strip())
+
+
+def test_kernel_drops_are_kept_in_the_series(veth, sonde_bin, workdir):
+    """A shard that stops reading (SIGSTOP) while a burst arrives: its small ring fills and
+    the kernel drops the rest. The drops the summary counts are in the stored series, the
+    whole probe's and the interface's, second by second; the flow table's drop series stays
+    at zero (a drop is an overload, not a frame the filter rejected)."""
+    send_end, capture_end = veth
+    data, stats = workdir / "data", workdir / "stats.json"
+    proc = subprocess.Popen([str(sonde_bin), "-i", capture_end, "--capture-ring-mb", "1",
+                             "--capture-block-kb", "64", "-f", "udp and dst port 6000",
+                             "--data-dir", str(data), "--stats-json", str(stats), "-q"],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True,
+                            stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, proc.stderr.read()
+        burst = [_udp("10.1.0.1", "10.1.0.2", 2000 + i % 300, 6000, b"d" * 40)
+                 for i in range(20000)]
+        proc.send_signal(signal.SIGSTOP)
+        s = socket.socket(socket.AF_PACKET, socket.SOCK_RAW)
+        s.bind((send_end, 0))
+        for f in burst:
+            s.send(f)
+        # Frames the filter rejects are discarded in the kernel: neither counted nor dropped.
+        for f, _ in FRAMES:
+            s.send(f)
+        s.close()
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGCONT)
+        time.sleep(2.5)  # a second closes; its rows reach the series
+        proc.send_signal(signal.SIGINT)
+        _, err = proc.communicate(timeout=60)
+    finally:
+        if proc.poll() is None:
+            proc.send_signal(signal.SIGCONT)
+            proc.kill()
+    assert proc.returncode == 0, err
+    summary = json.loads(stats.read_text())
+    dropped = summary["capture"]["dropped"]
+    matching = len(burst) + sum(1 for f, k in FRAMES
+                                if k == "udp" and struct.unpack("!H", f[36:38])[0] == 6000)
+    assert dropped > 0, summary["capture"]
+    assert summary["capture"]["received"] == matching
+    assert summary["packets"] + dropped == matching
+    assert _series_sum(sonde_bin, data, "gauge:capture_drops") == dropped
+    assert _series_sum(sonde_bin, data, f"gauge:capture_drops:{capture_end}") == dropped
+    assert _series_sum(sonde_bin, data, "gauge:drops") == 0
+
+
+def test_filtered_packets_are_not_in_the_drop_series(sonde_bin, corpus, workdir):
+    """-f on a file: the frames it rejects are counted as filtered, never as drops."""
+    data, stats = workdir / "data", workdir / "stats.json"
+    p = subprocess.run([str(sonde_bin), "-r", str(corpus / "teams.pcap"), "-f", "udp",
+                        "--data-dir", str(data), "--stats-json", str(stats), "-q"],
+                       capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stderr
+    summary = json.loads(stats.read_text())
+    assert summary["dropped"]["filtered"] > 0, summary["dropped"]
+    assert summary["dropped"]["flow_table_full"] == 0
+    assert _series_sum(sonde_bin, data, "gauge:drops") == 0
+    # No live interface: no kernel drop series at all.
+    q = subprocess.run([str(sonde_bin), "query", "--data-dir", str(data), "series", "--list"],
+                       capture_output=True, text=True, timeout=60)
+    assert q.returncode == 0, q.stderr
+    assert "gauge:capture_drops" not in q.stdout, q.stdout

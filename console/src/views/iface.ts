@@ -7,7 +7,7 @@ import { TimeChart } from '../chart';
 import { card, el, heading } from '../dom';
 import * as fmt from '../format';
 import { poll } from '../poll';
-import { seriesCard } from '../series';
+import { recentCounts, recentRates, seriesCard } from '../series';
 import { num, table } from '../table';
 import { stopAll, type View } from './view';
 
@@ -107,6 +107,20 @@ export const iface: View = (root, _route, ctx) => {
     egressCard,
     card('Flow outputs', el('div', { class: 'table-wrap', id: 'sinks' }, sinksT.el)),
   );
+
+  // With --data-dir the chart opens with the last two minutes stored: the packets, and the
+  // kernel's and the flow table's drops per second, which the series keep as they happen.
+  if (ctx.history) {
+    Promise.all([recentRates('interface', 'total', 120), recentCounts('gauge:capture_drops', 120), recentCounts('gauge:drops', 120)])
+      .then(([r, kernel, full]) => {
+        const at = (c: { t: number[]; v: (number | null)[] }, t: number) => {
+          const i = c.t.indexOf(t);
+          return i < 0 ? null : c.v[i];
+        };
+        chart.prefill(r.t, [r.pkts, r.t.map((t) => at(kernel, t)), r.t.map((t) => at(full, t))]);
+      })
+      .catch(() => undefined);
+  }
 
   let last: { kernel: number; full: number } | null = null;
   const unsubscribe = subscribe((t) => {

@@ -212,6 +212,9 @@ pub struct Engine {
     stats: ShardStats,
     expired: Vec<FlowRecord>,
     purged_hosts: Vec<Host>,
+    /// The kernel's ring drops for this shard's capture so far (what the source last read),
+    /// for the series: drops are counted outside the engine.
+    capture_dropped: u64,
     now_ns: u64,
     next_tick_ns: u64,
     ticks: u64,
@@ -294,6 +297,7 @@ impl Engine {
             stats: ShardStats::default(),
             expired: Vec::new(),
             purged_hosts: Vec::new(),
+            capture_dropped: 0,
             now_ns: 0,
             next_tick_ns: 0,
             ticks: 0,
@@ -514,6 +518,12 @@ impl Engine {
         self.stats.packets += 1;
         self.stats.wire_bytes += wire_len as u64;
         self.stats.dropped[DropReason::Filtered as usize] += 1;
+    }
+
+    /// The capture's kernel drops so far (a running total), as the source last read them:
+    /// each interval's series takes what was added during it.
+    pub fn set_capture_dropped(&mut self, total: u64) {
+        self.capture_dropped = total;
     }
 
     /// Accounts the packets decoded so far.
@@ -1304,7 +1314,9 @@ impl Engine {
         let gauges = Gauges {
             active_flows: self.live_flows as u64,
             active_hosts: self.hosts.len() as u64,
-            drops: self.stats.dropped.iter().sum(),
+            // Overload only: what a capture filter rejected is not a drop.
+            drops: self.stats.dropped[crate::DropReason::FlowTableFull as usize],
+            capture_drops: self.capture_dropped,
         };
         let filters = self
             .analytics

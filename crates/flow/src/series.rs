@@ -51,6 +51,8 @@ pub struct Gauges {
     pub active_hosts: u64,
     /// Packets dropped (flow table full) during the interval.
     pub drops: u64,
+    /// Packets the kernel dropped for the capture (its ring full) during the interval.
+    pub capture_drops: u64,
 }
 
 /// The rows of one interval of one shard; only series with traffic are listed.
@@ -81,8 +83,9 @@ pub(crate) struct SeriesAcc {
     apps: HashMap<AppKey, IntervalCounts>,
     /// By the flow's exporter index (`Flow::exporter`, 0 = captured here, not kept).
     exporters: HashMap<u16, IntervalCounts>,
-    /// Drops counted by the engine when the last interval closed.
+    /// Drops counted by the engine, and by the capture, when the last interval closed.
     drops_before: u64,
+    capture_drops_before: u64,
     ready: Vec<SeriesTick>,
     /// The newest interval closed (with or without traffic).
     pub(crate) closed_through: Option<u64>,
@@ -200,6 +203,9 @@ impl SeriesAcc {
         let total_drops = gauges.drops;
         gauges.drops = total_drops.saturating_sub(self.drops_before);
         self.drops_before = total_drops;
+        let total_capture = gauges.capture_drops;
+        gauges.capture_drops = total_capture.saturating_sub(self.capture_drops_before);
+        self.capture_drops_before = total_capture;
         tick.gauges = gauges;
         if let Some(f) = filters {
             tick.filters = (0..f.packets.len())
@@ -211,7 +217,8 @@ impl SeriesAcc {
             && tick.apps.is_empty()
             && tick.hosts.is_empty()
             && tick.filters.is_empty()
-            && gauges.drops == 0;
+            && gauges.drops == 0
+            && gauges.capture_drops == 0;
         if !empty {
             self.ready.push(tick);
         }

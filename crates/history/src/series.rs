@@ -133,8 +133,12 @@ pub const INTERFACE_TOTAL: &str = "total";
 /// the mean (sum / seconds), smallest and largest value.
 pub const GAUGE_ACTIVE_HOSTS: &str = "gauge:active_hosts";
 pub const GAUGE_ACTIVE_FLOWS: &str = "gauge:active_flows";
-/// Packets dropped during each second (a counter in a gauge series: its sum is the total).
+/// Packets dropped during each second because the flow table was full (a counter in a gauge
+/// series: its sum is the total; what a capture filter rejected is not in it).
 pub const GAUGE_DROPS: &str = "gauge:drops";
+/// Packets the kernel dropped for the live captures during each second (their rings full),
+/// as [`GAUGE_DROPS`]; `gauge:capture_drops:IFACE` is one interface's.
+pub const GAUGE_CAPTURE_DROPS: &str = "gauge:capture_drops";
 
 const RING_MAGIC: &[u8; 8] = b"SONDERNG";
 const CHECKPOINT_MAGIC: &[u8; 8] = b"SONDECKP";

@@ -848,7 +848,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 .map(|s| (0..s.len()).map(|i| s.key(i)).collect())
                 .unwrap_or_default();
             Some(
-                crate::series_sink::start(dir, *config, threads, keys)
+                crate::series_sink::start(dir, *config, threads, keys, series_inputs(&cfg))
                     .map_err(ProbeError::Config)?,
             )
         }
@@ -1381,6 +1381,22 @@ fn input_names(cfg: &ProbeConfig) -> Vec<String> {
             Input::Collect(_) => "collector".into(),
         })
         .collect()
+}
+
+/// Which input each shard reads, for the time series of each input.
+fn series_inputs(cfg: &ProbeConfig) -> crate::series_sink::ShardInputs {
+    let per_input = cfg.threads.max(1);
+    crate::series_sink::ShardInputs {
+        names: input_names(cfg),
+        live: cfg
+            .inputs
+            .iter()
+            .map(|i| matches!(i, Input::Live(_)))
+            .collect(),
+        of_shard: (0..cfg.inputs.len() * per_input)
+            .map(|s| s / per_input)
+            .collect(),
+    }
 }
 
 /// Live interfaces' capture counters by name, and their shards' by shard number.

@@ -11,8 +11,8 @@
 use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::{IntervalCounts, SeriesTick};
 use sonde_history::series::{
-    Config, Family, Metrics, SeriesWriter, GAUGE_ACTIVE_FLOWS, GAUGE_ACTIVE_HOSTS, GAUGE_DROPS,
-    INTERFACE_TOTAL,
+    Config, Family, Metrics, SeriesWriter, GAUGE_ACTIVE_FLOWS, GAUGE_ACTIVE_HOSTS,
+    GAUGE_CAPTURE_DROPS, GAUGE_DROPS, INTERFACE_TOTAL,
 };
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
@@ -59,6 +59,30 @@ struct Second {
     filters: HashMap<u16, (u64, u64)>,
     /// Summed over shards (a host seen by two shards counts twice in `active_hosts`).
     gauges: sonde_flow::Gauges,
+    /// By input (index in [`ShardInputs::names`]): its traffic (with several inputs) and its
+    /// capture's kernel drops (live interfaces).
+    inputs: BTreeMap<usize, (IntervalCounts, u64)>,
+}
+
+/// Which input each shard reads, for the per-input series.
+#[derive(Clone, Debug, Default)]
+pub(crate) struct ShardInputs {
+    /// The inputs' names (an interface's is its name).
+    pub names: Vec<String>,
+    /// Which of them are live interfaces (the others have no kernel drops).
+    pub live: Vec<bool>,
+    /// Input of each shard.
+    pub of_shard: Vec<usize>,
+}
+
+/// An input's traffic series (written when there are several inputs): `input:eth0`.
+pub fn input_key(name: &str) -> String {
+    format!("input:{name}")
+}
+
+/// A live interface's kernel drops series: `gauge:capture_drops:eth0`.
+pub fn input_capture_drops_key(name: &str) -> String {
+    format!("{GAUGE_CAPTURE_DROPS}:{name}")
 }
 
 fn metrics(c: &IntervalCounts) -> Metrics {
@@ -107,6 +131,7 @@ pub(crate) fn start(
     config: Config,
     shards: usize,
     filter_keys: Vec<String>,
+    inputs: ShardInputs,
 ) -> Result<(Sender<SeriesMsg>, SeriesThread), String> {
     let writer = SeriesWriter::open(dir, config)
         .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
@@ -114,7 +139,7 @@ pub(crate) fn start(
     let dir = dir.to_path_buf();
     let h = std::thread::Builder::new()
         .name("series".into())
-        .spawn(move || run(writer, rx, shards, dir, filter_keys))
+        .spawn(move || run(writer, rx, shards, dir, filter_keys, inputs))
         .map_err(|e| format!("cannot start the time series thread: {e}"))?;
     Ok((tx, h))
 }
@@ -131,6 +156,7 @@ fn run(
     shards: usize,
     dir: PathBuf,
     filter_keys: Vec<String>,
+    inputs: ShardInputs,
 ) -> Result<SeriesReport, String> {
     let err = |e: sonde_history::store::StoreError| format!("time series: {e}");
     let mut pending: BTreeMap<u64, Second> = BTreeMap::new();
@@ -173,6 +199,12 @@ fn run(
                     s.gauges.active_flows += t.gauges.active_flows;
                     s.gauges.active_hosts += t.gauges.active_hosts;
                     s.gauges.drops += t.gauges.drops;
+                    s.gauges.capture_drops += t.gauges.capture_drops;
+                    if let Some(&input) = inputs.of_shard.get(m.shard) {
+                        let (traffic, drops) = s.inputs.entry(input).or_default();
+                        traffic.add(&t.interface);
+                        *drops += t.gauges.capture_drops;
+                    }
                 }
                 if m.shard < shards {
                     closed[m.shard] = m.closed_through.or(closed[m.shard]);
@@ -237,6 +269,22 @@ fn run(
                     Metrics::gauge(g.active_hosts),
                 );
                 w.set(Family::Interface, GAUGE_DROPS, Metrics::gauge(g.drops));
+                // Kernel drops: the first sign of overload, for the whole probe and for each
+                // interface; with several inputs, each one's traffic too.
+                if inputs.live.iter().any(|&l| l) {
+                    let m = Metrics::gauge(g.capture_drops);
+                    w.set(Family::Interface, GAUGE_CAPTURE_DROPS, m);
+                }
+                for (&i, (traffic, drops)) in &s.inputs {
+                    let name = &inputs.names[i];
+                    if inputs.live[i] {
+                        let key = input_capture_drops_key(name);
+                        w.set(Family::Interface, &key, Metrics::gauge(*drops));
+                    }
+                    if inputs.names.len() > 1 {
+                        w.set(Family::Interface, &input_key(name), metrics(traffic));
+                    }
+                }
                 w.commit().map_err(err)?;
                 report.seconds += 1;
             } else {

@@ -57,7 +57,7 @@ pub(crate) trait ShardSource {
     fn wait(&mut self) {}
 
     /// At each housekeeping point: what the source publishes (progress, capture drops).
-    fn report(&mut self, _ctx: &ShardCtx) {}
+    fn report(&mut self, _ctx: &mut ShardCtx) {}
 
     /// Whether a stop request may end the loop now (false: work is still queued).
     fn may_stop(&self) -> bool {
@@ -86,7 +86,7 @@ pub(crate) fn run(mut ctx: ShardCtx, mut src: impl ShardSource) -> ShardOutput {
                     since = 0;
                     ctx.engine.flush_batch();
                     ctx.housekeeping();
-                    src.report(&ctx);
+                    src.report(&mut ctx);
                     last = Instant::now();
                     if ctx.stopped() && src.may_stop() {
                         break;
@@ -103,7 +103,7 @@ pub(crate) fn run(mut ctx: ShardCtx, mut src: impl ShardSource) -> ShardOutput {
                 }
                 if last.elapsed() > Duration::from_millis(50) {
                     ctx.housekeeping();
-                    src.report(&ctx);
+                    src.report(&mut ctx);
                     last = Instant::now();
                 }
                 if ctx.stopped() && src.may_stop() {
@@ -238,13 +238,13 @@ impl ShardSource for FileInput {
         self.pacer.is_some()
     }
 
-    fn report(&mut self, _ctx: &ShardCtx) {
+    fn report(&mut self, _ctx: &mut ShardCtx) {
         self.progress
             .store(self.src.progress().0, Ordering::Relaxed);
     }
 
-    fn end(&mut self, ctx: ShardCtx) -> ShardOutput {
-        self.report(&ctx);
+    fn end(&mut self, mut ctx: ShardCtx) -> ShardOutput {
+        self.report(&mut ctx);
         ctx.finish(CaptureDrops::default())
     }
 }
@@ -361,8 +361,10 @@ impl ShardSource for LiveInput {
         self.src.wait();
     }
 
-    fn report(&mut self, ctx: &ShardCtx) {
-        *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = self.src.drops();
+    fn report(&mut self, ctx: &mut ShardCtx) {
+        let drops = self.src.drops();
+        ctx.engine.set_capture_dropped(drops.dropped);
+        *ctx.shared.capture.lock().unwrap_or_else(|e| e.into_inner()) = drops;
     }
 
     fn end(&mut self, mut ctx: ShardCtx) -> ShardOutput {
@@ -386,6 +388,7 @@ impl ShardSource for LiveInput {
             }
         });
         let drops = self.src.drops();
+        ctx.engine.set_capture_dropped(drops.dropped);
         ctx.finish(drops)
     }
 }

@@ -127,7 +127,10 @@ struct SeriesArgs {
     #[arg(long, value_enum, default_value_t = FamilyArg::Interface)]
     family: FamilyArg,
     /// The series: "total" for the interface, an address (with @VLAN) for a host, a label
-    /// (TLS.Google, DNS, Unknown) for an application.
+    /// (TLS.Google, DNS, Unknown) for an application. The interface's gauges (value in
+    /// BYTES_IN): gauge:active_flows, gauge:active_hosts, gauge:drops (flow table full),
+    /// gauge:capture_drops (the kernel's, all live interfaces) and gauge:capture_drops:IFACE;
+    /// with several inputs, input:IFACE is one input's traffic.
     #[arg(long, default_value = "total")]
     key: String,
     /// List the family's series keys instead.
