@@ -197,12 +197,27 @@ def test_filters_select_what_tcpdump_selects(veth, sonde_bin, workdir, backend, 
     assert filtered == (rejected if in_sonde else 0), summary
 
 
-def test_two_ring_shards_share_the_flows(veth, sonde_bin, workdir):
+@pytest.mark.parametrize("backend,threads", [("ring", 1), ("ring", 2), ("xdp", 1)])
+def test_batches_read_in_place_count_every_flow(veth, sonde_bin, workdir, backend, threads):
+    """Without egress, trigger capture or a filter in sonde, a shard hands the engine a ring
+    block's (or an AF_XDP batch's) frames at once, read where the kernel wrote them: the
+    flows are the ones sent, VLAN tags included, over one shard or a fanout of two."""
+    if backend == "xdp" and not _have_af_xdp():
+        pytest.skip("this kernel has no AF_XDP")
     _, capture_end = veth
-    summary, _, _ = _capture(sonde_bin, workdir, capture_end, "ring", "--threads", "2",
-                             egress=False)
+    flows = workdir / "flows.json"
+    summary, _, _ = _capture(sonde_bin, workdir, capture_end, backend, "--threads",
+                             str(threads), "--flows-out", str(flows), egress=False)
     assert summary["packets"] == len(FRAMES)
     assert summary["capture"]["received"] == len(FRAMES)
+    records = [json.loads(l) for l in flows.read_text().splitlines()]
+    by_vlan: dict[int, int] = {}
+    for r in records:
+        by_vlan[r["VLAN_ID"]] = by_vlan.get(r["VLAN_ID"], 0) + r["IN_PKTS"] + r["OUT_PKTS"]
+    assert by_vlan == {0: sum(1 for _, k in FRAMES if k == "udp"),
+                       100: sum(1 for _, k in FRAMES if k == "vlan")}, by_vlan
+    # 30 UDP flows and 7 on the VLAN.
+    assert len(records) == 37, len(records)
 
 
 def test_xdp_reads_each_queue_with_a_shard(veth2, sonde_bin, workdir):

@@ -40,7 +40,8 @@ pub struct LiveConfig {
     /// Memory of each shard's ring (libpcap's buffer size; AF_XDP's frame area).
     pub ring_bytes: usize,
     /// TPACKET_V3 block size (a power of two, at least a page): the kernel hands the ring over
-    /// a block at a time.
+    /// a block at a time. 256 KiB: a few thousand small frames a block, and an allocation the
+    /// kernel finds easily (1 MiB blocks are order-8 pages: slower to find and to clear).
     pub ring_block_bytes: usize,
     /// How long the kernel holds a partly filled ring block before handing it over
     /// (TPACKET_V3): packets reach sonde in batches, with at most this delay, instead of one
@@ -63,7 +64,7 @@ impl LiveConfig {
             promisc: true,
             backend: CaptureBackend::Auto,
             ring_bytes: 64 << 20,
-            ring_block_bytes: 1 << 20,
+            ring_block_bytes: 256 << 10,
             block_ms: 50,
             poll_ms: 100,
             fanout_group: None,
@@ -238,6 +239,23 @@ impl LiveSource {
             Backend::Xdp(x) => x.next_frame(),
             Backend::Pcap(p) => p.next_frame(),
         }
+    }
+
+    /// The frames ready now (a few hundred at most), appended to `out`, valid together until
+    /// the next call (the engine then reads their payloads in place): part of a ring block, or
+    /// an AF_XDP batch. `None`
+    /// when the backend hands frames out one at a time only (libpcap): use `next_frame`.
+    pub fn next_batch<'a>(&'a mut self, out: &mut Vec<Frame<'a>>) -> Option<bool> {
+        match &mut self.backend {
+            Backend::Ring(r) => Some(r.next_batch(out)),
+            Backend::Xdp(x) => Some(x.next_batch(out)),
+            Backend::Pcap(_) => None,
+        }
+    }
+
+    /// Whether [`LiveSource::next_batch`] works.
+    pub fn has_batches(&self) -> bool {
+        !matches!(self.backend, Backend::Pcap(_))
     }
 
     pub fn drops(&mut self) -> CaptureDrops {

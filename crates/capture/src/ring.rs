@@ -91,6 +91,9 @@ const PKT_VLAN_TPID: usize = 36;
 const PKT_SLL_PKTTYPE: usize = 48 + 10;
 const PACKET_OUTGOING: u8 = 4;
 
+/// The most frames [`RingSource::next_batch`] hands out at once.
+pub const BATCH_FRAMES: usize = 256;
+
 /// Which link type an interface's frames have, from its hardware type (`None`: one this
 /// source does not handle, e.g. a tunnel with its own header; libpcap knows more of them).
 pub(crate) fn link_of_hardware(hw: u16) -> Option<LinkType> {
@@ -128,8 +131,11 @@ pub struct RingSource {
     link: LinkType,
     /// The loopback device, whose outgoing copies are skipped.
     loopback: bool,
-    /// A tagged frame rebuilt with its VLAN tag (the kernel moved it out of the frame).
+    /// Tagged frames rebuilt with their VLAN tag (the kernel moved it out of the frame).
     scratch: Vec<u8>,
+    /// Where each frame of a block is, for `next_block`: (timestamp, wire length, in
+    /// `scratch`, offset, length).
+    locs: Vec<(u64, u32, bool, usize, usize)>,
     name: String,
     poll_ms: i32,
     block_ms: i32,
@@ -246,6 +252,7 @@ impl RingSource {
             link,
             loopback: hardware_type(name) == Some(ARPHRD_LOOPBACK),
             scratch: Vec::new(),
+            locs: Vec::new(),
             name: name.to_string(),
             poll_ms: cfg.poll_ms,
             block_ms: cfg.block_ms,
@@ -374,10 +381,7 @@ impl RingSource {
                 // libpcap keeps the second, and so does this.
                 continue;
             }
-            let tagged = self.link == LinkType::Ethernet
-                && (h.vlan_tci != 0 || h.status & TP_STATUS_VLAN_VALID != 0)
-                && h.snap >= 12;
-            if !tagged {
+            if !self.is_tagged(&h) {
                 // A slice of the held block: valid until the next call, which the borrow of
                 // `self` guarantees.
                 return Ok(Some(Frame {
@@ -386,18 +390,9 @@ impl RingSource {
                     data: &self.block_bytes()[h.mac..h.mac + h.snap],
                 }));
             }
-            let tpid = if h.status & TP_STATUS_VLAN_TPID_VALID != 0 {
-                h.vlan_tpid
-            } else {
-                ETH_P_8021Q
-            };
             let mut scratch = std::mem::take(&mut self.scratch);
             scratch.clear();
-            let frame = &self.block_bytes()[h.mac..h.mac + h.snap];
-            scratch.extend_from_slice(&frame[..12]);
-            scratch.extend_from_slice(&tpid.to_be_bytes());
-            scratch.extend_from_slice(&(h.vlan_tci as u16).to_be_bytes());
-            scratch.extend_from_slice(&frame[12..]);
+            push_tagged(&mut scratch, &self.block_bytes()[h.mac..h.mac + h.snap], &h);
             self.scratch = scratch;
             return Ok(Some(Frame {
                 ts_ns: h.ts_ns,
@@ -405,6 +400,70 @@ impl RingSource {
                 data: &self.scratch,
             }));
         }
+    }
+
+    /// The next frames of the current block (at most [`BATCH_FRAMES`]), or of the next block
+    /// the kernel handed over (the last one given back first), appended to `out`; false when
+    /// none is ready. The frames stay valid together until the next call, so the engine reads
+    /// their payloads in place, while the header walk has left them in the cache (a whole
+    /// block is larger than it).
+    pub fn next_batch<'a>(&'a mut self, out: &mut Vec<Frame<'a>>) -> bool {
+        if !self.holding || self.left_in_block == 0 {
+            self.release_block();
+            if !self.take_block() {
+                return false;
+            }
+        }
+        // First every header (rebuilding tagged frames in the scratch buffer), then the
+        // slices: the scratch buffer must not move once a frame points into it.
+        let mut locs = std::mem::take(&mut self.locs);
+        locs.clear();
+        self.scratch.clear();
+        while self.left_in_block > 0 && locs.len() < BATCH_FRAMES {
+            self.left_in_block -= 1;
+            let Some(h) = PacketHeader::read(self.block_bytes(), self.next_pkt) else {
+                self.left_in_block = 0;
+                break;
+            };
+            if h.next == 0 {
+                self.left_in_block = 0;
+            }
+            self.next_pkt += h.next;
+            if self.loopback && h.pkttype == PACKET_OUTGOING {
+                continue;
+            }
+            if !self.is_tagged(&h) {
+                locs.push((h.ts_ns, h.wire, false, h.mac, h.snap));
+                continue;
+            }
+            let start = self.scratch.len();
+            let mut scratch = std::mem::take(&mut self.scratch);
+            push_tagged(&mut scratch, &self.block_bytes()[h.mac..h.mac + h.snap], &h);
+            self.scratch = scratch;
+            locs.push((h.ts_ns, h.wire + 4, true, start, self.scratch.len() - start));
+        }
+        self.locs = locs;
+        let (block, scratch) = (self.block_bytes(), &self.scratch[..]);
+        out.extend(
+            self.locs
+                .iter()
+                .map(|&(ts_ns, wire_len, tagged, at, len)| Frame {
+                    ts_ns,
+                    wire_len,
+                    data: if tagged {
+                        &scratch[at..at + len]
+                    } else {
+                        &block[at..at + len]
+                    },
+                }),
+        );
+        true
+    }
+
+    fn is_tagged(&self, h: &PacketHeader) -> bool {
+        self.link == LinkType::Ethernet
+            && (h.vlan_tci != 0 || h.status & TP_STATUS_VLAN_VALID != 0)
+            && h.snap >= 12
     }
 
     /// Waits up to the poll interval for a block.
@@ -492,6 +551,20 @@ impl Drop for RingSource {
             libc::munmap(self.map as *mut libc::c_void, self.map_len);
         }
     }
+}
+
+/// Appends `frame` to `out` with the VLAN tag the kernel took out of it put back after the
+/// MAC addresses.
+fn push_tagged(out: &mut Vec<u8>, frame: &[u8], h: &PacketHeader) {
+    let tpid = if h.status & TP_STATUS_VLAN_TPID_VALID != 0 {
+        h.vlan_tpid
+    } else {
+        ETH_P_8021Q
+    };
+    out.extend_from_slice(&frame[..12]);
+    out.extend_from_slice(&tpid.to_be_bytes());
+    out.extend_from_slice(&(h.vlan_tci as u16).to_be_bytes());
+    out.extend_from_slice(&frame[12..]);
 }
 
 /// A `tpacket3_hdr` as read from a block, its offsets checked against the block.
@@ -608,7 +681,7 @@ mod tests {
     #[test]
     fn the_ring_is_whole_blocks_of_a_power_of_two() {
         let mut cfg = LiveConfig::new("eth0");
-        assert_eq!(ring_shape(&cfg), (1 << 20, 64));
+        assert_eq!(ring_shape(&cfg), (256 << 10, 256));
         cfg.ring_block_bytes = 3000;
         cfg.ring_bytes = 1 << 20;
         assert_eq!(ring_shape(&cfg), (4096, 256));

@@ -66,6 +66,9 @@ const PREFETCH_AHEAD: u32 = 4;
 /// How many frames are read before they go back to the fill ring.
 const RELEASE_EVERY: u32 = 64;
 
+/// The most frames [`XdpSource::next_batch`] hands out at once.
+const MAX_BATCH: u32 = 256;
+
 /// `struct xdp_umem_reg` (its last two fields are newer than some kernels, which take the
 /// shorter form and ignore the rest).
 #[repr(C)]
@@ -666,6 +669,54 @@ impl XdpSource {
     /// poller for every packet, a context switch each under load, where a TPACKET_V3 ring
     /// wakes it once a block. The receive ring holds thousands of frames, so 200 µs of
     /// traffic waits there and is read as one batch; on a quiet link the next wait blocks.
+    /// The frames the kernel has produced (at most [`MAX_BATCH`]), appended to `out`, after
+    /// handing back those of the last call; false when none is ready. They stay valid together
+    /// until the next call, so the engine reads their payloads in place.
+    pub fn next_batch<'a>(&'a mut self, out: &mut Vec<Frame<'a>>) -> bool {
+        self.release();
+        if self.rx_cons == self.rx_seen {
+            self.rx_seen = self.rx.producer().load(Ordering::Acquire);
+            if self.rx_cons == self.rx_seen {
+                return false;
+            }
+        }
+        self.batch_ns = realtime_ns();
+        self.found_since_wait = true;
+        let n = self.rx_seen.wrapping_sub(self.rx_cons).min(MAX_BATCH);
+        let first = self.rx_cons;
+        for i in 0..n {
+            // Every frame of the batch starts loading before the engine reads the first.
+            self.prefetch(first.wrapping_add(i));
+        }
+        self.rx_cons = first.wrapping_add(n);
+        self.delivered += n as u64;
+        let (umem, umem_len, ts_ns) = (self.umem, self.umem_len, self.batch_ns);
+        for i in 0..n {
+            let slot = (first.wrapping_add(i) & self.rx.mask) as usize;
+            // SAFETY: entry `slot` of the receive ring, produced by the kernel (the Acquire
+            // load of the producer index orders this read after its write).
+            let (addr, len) = unsafe {
+                let d = self.rx.desc.add(slot * 16);
+                (
+                    (d as *const u64).read() as usize,
+                    (d.add(8) as *const u32).read() as usize,
+                )
+            };
+            if addr.checked_add(len).is_none_or(|end| end > umem_len) {
+                continue;
+            }
+            // SAFETY: inside the UMEM (checked above); the kernel gets these frames back only
+            // at the next call, which the borrow of `self` in `out` prevents until then.
+            let data = unsafe { std::slice::from_raw_parts(umem.add(addr), len) };
+            out.push(Frame {
+                ts_ns,
+                wire_len: len as u32,
+                data,
+            });
+        }
+        true
+    }
+
     /// Starts loading the first bytes of receive-ring entry `at` (if the kernel has produced
     /// it) a few frames before the engine decodes it: the frames are a chunk apart, too far
     /// for the hardware's own prefetching, and fresh from another core's cache.

@@ -1162,24 +1162,14 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     t.set_link_hint(src.link_type());
                 }
                 for (i, (ctx, src)) in ctxs.drain(..).zip(sources).enumerate() {
-                    let (link, error) = (src.link_type(), error.clone());
                     // AF_XDP has no socket filter: the shard applies it, as to a file's frames.
                     let filters = src
                         .filters_in_user_space()
                         .then(|| Filters::new(cfg.filter.clone(), None));
+                    let input = source::LiveInput::new(src, error.clone(), filters);
                     shard_handles.push(spawn(
                         format!("shard{}", first + i),
-                        Box::new(move || {
-                            source::run(
-                                ctx,
-                                source::LiveInput {
-                                    src,
-                                    link,
-                                    error,
-                                    filters,
-                                },
-                            )
-                        }),
+                        Box::new(move || source::run(ctx, input)),
                     )?);
                 }
             }

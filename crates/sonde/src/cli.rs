@@ -76,7 +76,7 @@ pub struct Cli {
     pub capture_ring_mb: u64,
     /// Size of a TPACKET_V3 ring block, KiB (a power of two from 4 to 65536): the kernel hands
     /// the ring over a block at a time.
-    #[arg(long, default_value_t = 1024, value_name = "KIB", value_parser = parse_block_kb)]
+    #[arg(long, default_value_t = 256, value_name = "KIB", value_parser = parse_block_kb)]
     pub capture_block_kb: u64,
     /// Longest the kernel holds a partly filled ring block before handing it over, ms: the
     /// most a packet waits on a quiet link (1 to 1000).
