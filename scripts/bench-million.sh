@@ -9,6 +9,11 @@
 #   h100.pcap    3M packets among 100 hosts (10.0.0.0/8): few flows, all long
 #   h100k.pcap   3M packets among 100k hosts
 #   rand1m.pcap  1M packets, each a new flow from a random source: a million flows
+#   h100x10.pcap 30M packets among 100 hosts (only with PCAPS="... h100x10"): the file input
+#                without start-up and end in the way (2.4 GB)
+# PCAPS picks the pcaps (default "h100 h100k rand1m"). Beside the peers, "tcpdump -r, filter
+# rejecting all" is libpcap's read loop with a BPF filter and no output: what reading the file
+# through libpcap costs by itself.
 # Each run $REPEATS times (default 3): the median of CPU seconds (user + sys), and max RSS and
 # wall time of that run; Mpps per CPU-second = packets / CPU seconds.
 set -euo pipefail
@@ -19,14 +24,18 @@ WORK=${WORK:-/tmp/sonde-bench-million}
 REPEATS=${REPEATS:-3}
 mkdir -p "$WORK"
 [ -x "$NEW" ] || { echo "build sonde first (make build)" >&2; exit 1; }
-for t in nfpcapd softflowd; do
+for t in nfpcapd softflowd tcpdump; do
     command -v $t >/dev/null || { echo "$t missing (scripts/setup-bench-deps.sh)" >&2; exit 1; }
 done
-declare -A PACKETS=([h100]=3000000 [h100k]=3000000 [rand1m]=1000000)
+PCAPS=${PCAPS:-h100 h100k rand1m}
+declare -A PACKETS=([h100]=3000000 [h100k]=3000000 [rand1m]=1000000 [h100x10]=30000000)
 [ -f "$WORK/h100.pcap" ] || $NEW --synthetic hosts=100,size=64,packets=3M -w "$WORK/h100.pcap" -q
 [ -f "$WORK/h100k.pcap" ] || $NEW --synthetic hosts=100k,size=64,packets=3M -w "$WORK/h100k.pcap" -q
 [ -f "$WORK/rand1m.pcap" ] ||
     $NEW --synthetic hosts=100k,size=64,packets=1M,random-src -w "$WORK/rand1m.pcap" -q
+if [[ " $PCAPS " == *" h100x10 "* ]] && [ ! -f "$WORK/h100x10.pcap" ]; then
+    $NEW --synthetic hosts=100,size=64,packets=30M -w "$WORK/h100x10.pcap" -q
+fi
 
 run() { # label packets command...
     local label=$1 packets=$2 vals=()
@@ -42,7 +51,7 @@ run() { # label packets command...
             '{printf "| %s | %.2f | %.2f | %d | %.2f |\n", l, $1, p / $1 / 1e6, $2, $3}'
 }
 
-for p in h100 h100k rand1m; do
+for p in $PCAPS; do
     f="$WORK/$p.pcap"
     n=${PACKETS[$p]}
     echo "### $p.pcap ($n packets)"
@@ -61,5 +70,7 @@ for p in h100 h100k rand1m; do
     run "nfpcapd -r (nfdump files)" "$n" nfpcapd -r "$f" -w "$WORK/out"
     run "softflowd -r (NetFlow v9 to 127.0.0.1:9)" "$n" softflowd -r "$f" -n 127.0.0.1:9 \
         -m 2000000 -c none -p "$WORK/out/softflowd.pid"
+    run "tcpdump -r, filter rejecting all (libpcap's read loop)" "$n" tcpdump -r "$f" -n \
+        'ether proto 0x88b5'
     echo
 done

@@ -13,7 +13,8 @@
 //!   evaluates it once per flow instead of once per packet.
 //! * [`filterset`]: named sets of labelled expressions (`--filter-set`), compiled both ways.
 
-pub mod bpf;
+/// The cBPF interpreter lives with the capture sources, which run `-f` with it too.
+pub use sonde_capture::bpf;
 pub mod config;
 pub mod filter_expr;
 pub mod filterset;

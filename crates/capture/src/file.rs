@@ -1,4 +1,10 @@
-//! pcap and pcapng files, read through one large reusable buffer.
+//! pcap and pcapng files: a regular file is mapped into memory and its frames are handed out
+//! where they lie (no copy before the engine, and a batch of them valid together, see
+//! [`FileSource::next_batch`]); a pipe or anything else that cannot be mapped is read through
+//! one large reusable buffer. The mapped pages already read are given back as reading moves
+//! on, so resident memory measures the engine, not the file. (A mapped file must not be
+//! truncated by another program while sonde reads it: the kernel would end sonde with
+//! SIGBUS. Appending is harmless: sonde reads what was there when it opened the file.)
 //!
 //! Every length in a record header is checked before it is trusted: a caplen larger than
 //! [`MAX_RECORD`] is corruption, and a file that ends inside a record is reported as truncated
@@ -12,6 +18,12 @@ use std::io::Read;
 use std::path::{Path, PathBuf};
 
 const BUF_SIZE: usize = 4 << 20;
+/// A mapped file's pages are given back every this many bytes read...
+const DROP_EVERY: usize = 8 << 20;
+/// ...all but the last this many before the read position.
+const DROP_KEEP: usize = 1 << 20;
+/// How far ahead of the reader a mapped file is prefetched.
+const PREFETCH_AHEAD: usize = 4096;
 /// Largest record accepted (pcapng blocks, pcap caplen). Real frames are at most 256 KiB.
 const MAX_RECORD: usize = 16 << 20;
 
@@ -40,6 +52,12 @@ pub struct FileSource {
     path: PathBuf,
     file: File,
     file_len: u64,
+    /// The whole file, when it could be mapped; `buf` is unused then.
+    map: Option<memmap2::Mmap>,
+    /// How far the mapped pages have been given back (see [`FileSource::drop_behind`]).
+    dropped_to: usize,
+    /// An error met after frames that a batch handed out first: the next call returns it.
+    pending_error: Option<CaptureError>,
     buf: Vec<u8>,
     pos: usize,
     end: usize,
@@ -99,15 +117,33 @@ impl FileSource {
                 source: std::io::Error::other("it is a directory, not a capture file"),
             });
         }
+        // SAFETY: the mapping is read only, and only within the length the file had when it
+        // was mapped; another program truncating the file meanwhile is the documented
+        // exception (SIGBUS), as for any reader of a mapped file.
+        let map = (meta.is_file() && meta.len() > 0)
+            .then(|| unsafe { memmap2::Mmap::map(&file) }.ok())
+            .flatten();
+        if let Some(m) = &map {
+            // Read once, front to back: the kernel reads ahead and may drop pages behind.
+            let _ = m.advise(memmap2::Advice::Sequential);
+        }
+        let mapped_len = map.as_ref().map_or(0, |m| m.len());
         let mut src = FileSource {
             path: path.to_path_buf(),
             file,
             file_len: meta.len(),
-            buf: vec![0; BUF_SIZE],
+            buf: if map.is_some() {
+                Vec::new()
+            } else {
+                vec![0; BUF_SIZE]
+            },
+            eof: map.is_some(),
+            map,
+            dropped_to: 0,
+            pending_error: None,
             pos: 0,
-            end: 0,
+            end: mapped_len,
             base: 0,
-            eof: false,
             format: Format::Pcap {
                 swapped: false,
                 nanos: false,
@@ -124,7 +160,8 @@ impl FileSource {
                 len: have as u64,
             });
         }
-        let magic = [src.buf[0], src.buf[1], src.buf[2], src.buf[3]];
+        let b = src.bytes();
+        let magic = [b[0], b[1], b[2], b[3]];
         let m = u32::from_le_bytes(magic);
         match m {
             0xa1b2_c3d4 | 0xd4c3_b2a1 | 0xa1b2_3c4d | 0x4d3c_b2a1 => src.open_pcap(m)?,
@@ -190,13 +227,13 @@ impl FileSource {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn u32_at(&self, off: usize, swapped: bool) -> u32 {
         let b = [
-            self.buf[self.pos + off],
-            self.buf[self.pos + off + 1],
-            self.buf[self.pos + off + 2],
-            self.buf[self.pos + off + 3],
+            self.bytes()[self.pos + off],
+            self.bytes()[self.pos + off + 1],
+            self.bytes()[self.pos + off + 2],
+            self.bytes()[self.pos + off + 3],
         ];
         if swapped {
             u32::from_be_bytes(b)
@@ -205,9 +242,12 @@ impl FileSource {
         }
     }
 
-    #[inline]
+    #[inline(always)]
     fn u16_at(&self, off: usize, swapped: bool) -> u16 {
-        let b = [self.buf[self.pos + off], self.buf[self.pos + off + 1]];
+        let b = [
+            self.bytes()[self.pos + off],
+            self.bytes()[self.pos + off + 1],
+        ];
         if swapped {
             u16::from_be_bytes(b)
         } else {
@@ -224,8 +264,26 @@ impl FileSource {
         self.refill(n)
     }
 
+    /// The bytes being read: the mapped file, or the read buffer (valid up to `end`).
+    #[inline(always)]
+    fn bytes(&self) -> &[u8] {
+        match &self.map {
+            Some(m) => m,
+            None => &self.buf,
+        }
+    }
+
+    /// Whether the file is mapped (so [`FileSource::next_batch`] can lend several frames).
+    pub fn is_mapped(&self) -> bool {
+        self.map.is_some()
+    }
+
     #[cold]
     fn refill(&mut self, n: usize) -> Result<usize, CaptureError> {
+        if self.map.is_some() {
+            // The whole file is there: nothing more will come.
+            return Ok(self.end - self.pos);
+        }
         if self.pos > 0 {
             self.buf.copy_within(self.pos..self.end, 0);
             self.base += self.pos as u64;
@@ -288,9 +346,104 @@ impl FileSource {
         self.looping.is_some()
     }
 
+    /// Gives back the mapped pages well behind the read position (every [`DROP_EVERY`]
+    /// bytes), so they leave sonde's resident memory; the page cache keeps them. Frames lent
+    /// out are never that far behind, and a dropped page read again is read from the file.
+    #[inline]
+    fn drop_behind(&mut self) {
+        if self.pos - self.dropped_to < DROP_EVERY {
+            return;
+        }
+        let Some(m) = &self.map else { return };
+        let to = (self.pos - DROP_KEEP) & !(4096 - 1);
+        // SAFETY: the range is inside the mapping; for a read-only file mapping MADV_DONTNEED
+        // only drops the page table entries (a later access reads the file again), so no
+        // slice into it, lent out or not, ever sees other bytes.
+        let _ = unsafe {
+            m.unchecked_advise_range(
+                memmap2::UncheckedAdvice::DontNeed,
+                self.dropped_to,
+                to - self.dropped_to,
+            )
+        };
+        self.dropped_to = to;
+    }
+
+    /// Up to `max` next frames of one link type, appended to `out`, valid together until the
+    /// next call (the engine reads their payloads in place); `Ok(None)` at the end of the
+    /// file. Only for a mapped file ([`FileSource::is_mapped`]); else one frame a call, as
+    /// [`FileSource::next_frame`].
+    pub fn next_batch<'a>(
+        &'a mut self,
+        max: usize,
+        out: &mut Vec<Frame<'a>>,
+    ) -> Result<Option<LinkType>, CaptureError> {
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        if self.map.is_none() || self.looping.is_some() {
+            let Some((link, f)) = self.next_frame()? else {
+                return Ok(None);
+            };
+            out.push(f);
+            return Ok(Some(link));
+        }
+        self.drop_behind();
+        let mut link = None;
+        let mut spans: [(u64, u32, usize, usize); 256] = [(0, 0, 0, 0); 256];
+        let mut n = 0;
+        let mut error = None;
+        while n < max.min(spans.len()) {
+            // The file's pages are scattered in memory, and the hardware's prefetcher stops
+            // at each page's end: ask for the bytes a little ahead of the reader.
+            #[cfg(target_arch = "x86_64")]
+            if let Some(ahead) = self.bytes().get(self.pos + PREFETCH_AHEAD) {
+                // SAFETY: a prefetch is a hint; the address is inside the mapping.
+                unsafe {
+                    use std::arch::x86_64::{_mm_prefetch, _MM_HINT_T0};
+                    _mm_prefetch::<_MM_HINT_T0>(ahead as *const u8 as *const i8);
+                }
+            }
+            let before = (self.pos, self.packets, self.last_ts_ns);
+            let f = match self.advance() {
+                Ok(Some(f)) => f,
+                Ok(None) => break,
+                Err(e) => {
+                    error = Some(e);
+                    break;
+                }
+            };
+            if link.is_some_and(|l| l != f.link) {
+                // Another interface's link type: the next batch starts with it.
+                (self.pos, self.packets, self.last_ts_ns) = before;
+                break;
+            }
+            link = Some(f.link);
+            spans[n] = (f.ts_ns, f.wire_len, f.start, f.len);
+            n += 1;
+        }
+        // Every complete frame before a bad record is handed out; the error comes next.
+        match (link, error) {
+            (None, Some(e)) => return Err(e),
+            (Some(_), Some(e)) => self.pending_error = Some(e),
+            _ => {}
+        }
+        let bytes = self.bytes();
+        out.extend(spans[..n].iter().map(|&(ts_ns, wire_len, at, len)| Frame {
+            ts_ns,
+            wire_len,
+            data: &bytes[at..at + len],
+        }));
+        Ok(link)
+    }
+
     /// The next frame and its link type, `Ok(None)` at the end of the file.
     #[inline]
     pub fn next_frame(&mut self) -> Result<Option<(LinkType, Frame<'_>)>, CaptureError> {
+        if let Some(e) = self.pending_error.take() {
+            return Err(e);
+        }
+        self.drop_behind();
         let mut found = self.advance()?;
         if found.is_none()
             && self
@@ -313,7 +466,7 @@ impl FileSource {
             Frame {
                 ts_ns,
                 wire_len: f.wire_len,
-                data: &self.buf[f.start..f.start + f.len],
+                data: &self.bytes()[f.start..f.start + f.len],
             },
         )))
     }
@@ -338,7 +491,10 @@ impl FileSource {
             path: self.path.clone(),
             source: e,
         })?;
-        (self.pos, self.end, self.base, self.eof) = (0, 0, 0, false);
+        match &self.map {
+            Some(m) => (self.pos, self.end, self.base, self.dropped_to) = (0, m.len(), 0, 0),
+            None => (self.pos, self.end, self.base, self.eof) = (0, 0, 0, false),
+        }
         match self.format {
             // The file header again; the format (and link type) stays what it was.
             Format::Pcap { .. } => {
@@ -411,18 +567,18 @@ impl FileSource {
                 return Err(self.truncated(have, 12));
             }
             let raw_type = u32::from_le_bytes([
-                self.buf[self.pos],
-                self.buf[self.pos + 1],
-                self.buf[self.pos + 2],
-                self.buf[self.pos + 3],
+                self.bytes()[self.pos],
+                self.bytes()[self.pos + 1],
+                self.bytes()[self.pos + 2],
+                self.bytes()[self.pos + 3],
             ]);
             if raw_type == 0x0a0d_0d0a {
                 // Section header: its byte-order magic decides how to read the rest.
                 let bom = u32::from_le_bytes([
-                    self.buf[self.pos + 8],
-                    self.buf[self.pos + 9],
-                    self.buf[self.pos + 10],
-                    self.buf[self.pos + 11],
+                    self.bytes()[self.pos + 8],
+                    self.bytes()[self.pos + 9],
+                    self.bytes()[self.pos + 10],
+                    self.bytes()[self.pos + 11],
                 ]);
                 let swapped = match bom {
                     0x1a2b_3c4d => false,
@@ -481,7 +637,7 @@ impl FileSource {
                             break;
                         }
                         if code == 9 && len >= 1 {
-                            let v = self.buf[self.pos + o + 4];
+                            let v = self.bytes()[self.pos + o + 4];
                             iface.tsresol_pow2 = v & 0x80 != 0;
                             iface.tsresol_exp = v & 0x7f;
                         }
@@ -628,6 +784,47 @@ mod tests {
             "{err}"
         );
         assert!(err.to_string().contains("truncated"));
+    }
+
+    #[test]
+    fn batches_of_a_mapped_file_are_the_frames_in_order_then_the_error() {
+        let p = tmp("batches.pcap");
+        let mut w = PcapWriter::create(&p, LinkType::Ethernet).unwrap();
+        for i in 0..1000u32 {
+            w.write(1_700_000_000_000_000_000 + i as u64, 90, &[i as u8; 60])
+                .unwrap();
+        }
+        w.finish().unwrap();
+        let bytes = std::fs::read(&p).unwrap();
+        let cut = tmp("batches-cut.pcap");
+        std::fs::write(&cut, &bytes[..bytes.len() - 10]).unwrap();
+        let mut s = FileSource::open(&cut).unwrap();
+        assert!(s.is_mapped());
+        let (mut seen, mut batches) = (Vec::new(), 0);
+        let err = loop {
+            let mut out = Vec::new();
+            match s.next_batch(256, &mut out) {
+                Ok(Some(link)) => {
+                    assert_eq!(link, LinkType::Ethernet);
+                    assert!(!out.is_empty() && out.len() <= 256);
+                    // Every frame of a batch is still the one read, after the others.
+                    seen.extend(out.iter().map(|f| (f.data[0], f.data.len(), f.wire_len)));
+                    batches += 1;
+                }
+                Ok(None) => panic!("truncation not detected"),
+                Err(e) => break e,
+            }
+        };
+        assert_eq!(seen.len(), 999);
+        assert!(seen
+            .iter()
+            .enumerate()
+            .all(|(i, &f)| f == (i as u8, 60, 90)));
+        assert_eq!(batches, 4);
+        assert!(
+            matches!(err, CaptureError::Truncated { packet: 1000, .. }),
+            "{err}"
+        );
     }
 
     #[test]

@@ -6,8 +6,10 @@
 //! a time as borrowed slices plus timestamps; the engine decodes them immediately, so nothing
 //! is copied per packet.
 //!
-//! * [`file::FileSource`]: pcap (µs/ns, either byte order) and pcapng, read with large buffered
-//!   reads (not mmap, so resident memory measures the engine, not the page cache).
+//! * [`file::FileSource`]: pcap (µs/ns, either byte order) and pcapng, mapped into memory and
+//!   read in place (pages given back behind the reader, so resident memory measures the
+//!   engine), or read through a large buffer when the file cannot be mapped.
+//! * [`bpf`]: capture filters compiled by libpcap and run by sonde's own interpreter.
 //! * [`live::LiveSource`]: an interface, non-blocking, through sonde's own TPACKET_V3 ring
 //!   ([`ring`]), AF_XDP sockets ([`xdp`]) or libpcap, with a PACKET_FANOUT group (or a
 //!   receive queue each) so several shards each get their own share of the flows.
@@ -15,6 +17,7 @@
 //!   N hosts, used by the benchmarks.
 //! * [`writer::PcapWriter`]: writes classic pcap files (for the generator and tests).
 
+pub mod bpf;
 pub mod error;
 pub mod file;
 pub mod live;

@@ -286,33 +286,16 @@ fn kernel_program(
         }]);
     };
     let compiled = OfflineFilter::compile(expr, link)?;
-    compiled
+    Ok(compiled
         .prog
-        .get_instructions()
-        .iter()
-        .map(|insn| {
-            // The pcap crate keeps `bpf_insn`'s fields private but prints them "code jt jf k".
-            let text = insn.to_string();
-            let mut it = text.split(' ');
-            let mut next = || it.next().and_then(|v| v.parse::<u64>().ok());
-            let (Some(code), Some(jt), Some(jf), Some(k)) = (next(), next(), next(), next()) else {
-                return Err(CaptureError::BadFilter {
-                    filter: expr.to_string(),
-                    detail: format!("libpcap wrote an instruction sonde cannot read: {text}"),
-                });
-            };
-            let (code, mut k) = (code as u16, k as u32);
-            if code == BPF_RET_K && k != 0 {
-                k = snap;
-            }
-            Ok(libc::sock_filter {
-                code,
-                jt: jt as u8,
-                jf: jf as u8,
-                k,
-            })
+        .instructions()
+        .map(|(code, jt, jf, k)| libc::sock_filter {
+            code,
+            jt,
+            jf,
+            k: if code == BPF_RET_K && k != 0 { snap } else { k },
         })
-        .collect()
+        .collect())
 }
 
 /// The interface's index, or the error that names the interfaces there are.
@@ -537,7 +520,9 @@ pub(crate) fn join_fanout(_fd: i32, _group: u16) -> std::io::Result<()> {
 }
 
 /// A BPF expression applied to frames in user space, compiled once per link type met (pcapng
-/// may mix them): `-r` with `--filter`, and egress selection.
+/// may mix them): `-r` with `--filter`, a live capture whose filter the kernel cannot run,
+/// and egress selection. Run by sonde's own interpreter ([`crate::bpf`]): no library call
+/// per packet.
 pub struct LinkFilters {
     expr: Option<String>,
     compiled: Vec<(LinkType, OfflineFilter)>,
@@ -551,15 +536,17 @@ impl LinkFilters {
         }
     }
 
+    /// Whether the frame (`data` captured of `wire_len` bytes on the wire) passes; always
+    /// without an expression.
     #[inline]
-    pub fn accepts(&mut self, link: LinkType, data: &[u8]) -> bool {
+    pub fn accepts(&mut self, link: LinkType, data: &[u8], wire_len: u32) -> bool {
         let Some(expr) = &self.expr else { return true };
         if let Some((_, f)) = self.compiled.iter().find(|(l, _)| *l == link) {
-            return f.matches(data);
+            return f.matches(data, wire_len);
         }
         match OfflineFilter::compile(expr, link) {
             Ok(f) => {
-                let ok = f.matches(data);
+                let ok = f.matches(data, wire_len);
                 self.compiled.push((link, f));
                 ok
             }
@@ -570,31 +557,28 @@ impl LinkFilters {
     }
 }
 
-/// A compiled BPF filter applied to frames read from a file (libpcap's offline filter).
+/// A compiled BPF filter applied to frames in sonde: libpcap compiles it once, sonde's
+/// interpreter runs it with libpcap's semantics.
 pub struct OfflineFilter {
-    prog: pcap::BpfProgram,
+    prog: crate::bpf::Program,
 }
 
 impl OfflineFilter {
     pub fn compile(filter: &str, link: LinkType) -> Result<OfflineFilter, CaptureError> {
-        let dead = pcap::Capture::dead(pcap::Linktype(link.to_dlt() as i32)).map_err(|e| {
+        let prog = crate::bpf::Program::compile(filter, link).map_err(|detail| {
             CaptureError::BadFilter {
                 filter: filter.to_string(),
-                detail: e.to_string(),
+                detail,
             }
         })?;
-        let prog = dead
-            .compile(filter, true)
-            .map_err(|e| CaptureError::BadFilter {
-                filter: filter.to_string(),
-                detail: e.to_string(),
-            })?;
         Ok(OfflineFilter { prog })
     }
 
+    /// Whether a frame passes: `frame` as captured, `wire_len` its length on the wire (what
+    /// tcpdump gives `len`, `less` and `greater`).
     #[inline]
-    pub fn matches(&self, frame: &[u8]) -> bool {
-        self.prog.filter(frame)
+    pub fn matches(&self, frame: &[u8], wire_len: u32) -> bool {
+        self.prog.matches(frame, wire_len)
     }
 }
 

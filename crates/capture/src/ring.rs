@@ -208,37 +208,21 @@ impl RingSource {
             )
         })?;
         let map_len = block_size as usize * blocks as usize;
+        // The kernel maps every page of the ring here (no faults later while reading it).
         // SAFETY: maps the ring the kernel just allocated for this socket, shared with it.
         let map = unsafe {
             libc::mmap(
                 std::ptr::null_mut(),
                 map_len,
                 libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_SHARED | libc::MAP_LOCKED | libc::MAP_POPULATE,
+                libc::MAP_SHARED,
                 fd.as_raw_fd(),
                 0,
             )
         };
-        let map = if map == libc::MAP_FAILED {
-            // MAP_LOCKED fails beyond RLIMIT_MEMLOCK; the ring works unlocked too.
-            // SAFETY: as above, without the lock.
-            let m = unsafe {
-                libc::mmap(
-                    std::ptr::null_mut(),
-                    map_len,
-                    libc::PROT_READ | libc::PROT_WRITE,
-                    libc::MAP_SHARED | libc::MAP_POPULATE,
-                    fd.as_raw_fd(),
-                    0,
-                )
-            };
-            if m == libc::MAP_FAILED {
-                return Err(os("mmap of the ring"));
-            }
-            m
-        } else {
-            map
-        };
+        if map == libc::MAP_FAILED {
+            return Err(os("mmap of the ring"));
+        }
         let mut src = RingSource {
             fd,
             map: map as *mut u8,

@@ -214,7 +214,7 @@ impl ShardEgress {
     #[inline]
     pub fn offer(&mut self, link: LinkType, ts_ns: u64, wire_len: u32, data: &[u8], in_flow: bool) {
         self.counts.offered += 1;
-        let frame_ok = self.filters.accepts(link, data);
+        let frame_ok = self.filters.accepts(link, data, wire_len);
         if !self.needs_flow() || (self.held.is_empty() && !in_flow) {
             // Nothing to wait for, and nothing ahead of it to keep the order with.
             if self.select(frame_ok, None) {

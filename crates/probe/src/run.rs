@@ -1106,6 +1106,8 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                                 progress,
                                 error,
                                 next_sync_ns: 0,
+                                frames: Vec::new(),
+                                refs: Vec::new(),
                             };
                             source::run(ctx, input)
                         }),
@@ -1514,7 +1516,7 @@ fn read_and_dispatch(
             Ok(Some((link, f))) => {
                 stats.packets += 1;
                 stats.wire_bytes += f.wire_len as u64;
-                if !filters.accepts(link, f.data) {
+                if !filters.accepts(link, f.data, f.wire_len) {
                     stats.dropped[sonde_flow::DropReason::Filtered as usize] += 1;
                     continue;
                 }

@@ -132,6 +132,11 @@ impl Program {
         Ok(Program { insns })
     }
 
+    /// The instructions as `(code, jt, jf, k)`, e.g. to attach them to a socket.
+    pub fn instructions(&self) -> impl Iterator<Item = (u16, u8, u8, u32)> + '_ {
+        self.insns.iter().map(|i| (i.code, i.jt, i.jf, i.k))
+    }
+
     /// Runs the program over a frame of which `pkt` was captured and `wire_len` bytes were on
     /// the wire (what tcpdump passes as caplen and len). True when it returns non-zero.
     #[inline]
@@ -794,7 +799,7 @@ mod tests {
         let mut matched = vec![0u64; EXPRESSIONS.len()];
         let (mut frames, mut evaluations, mut files_read) = (0u64, 0u64, 0u64);
         for path in &files {
-            let mut src = match sonde_capture::FileSource::open(path) {
+            let mut src = match crate::FileSource::open(path) {
                 Ok(src) => src,
                 Err(e) => {
                     eprintln!("skipping {}: {e}", path.display());
