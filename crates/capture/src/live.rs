@@ -429,15 +429,7 @@ impl PcapSource {
 
     fn wait_ms(&self, ms: i32) {
         use std::os::fd::AsRawFd;
-        let mut pfd = libc::pollfd {
-            fd: self.cap.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
-        unsafe {
-            libc::poll(&mut pfd, 1, ms);
-        }
+        wait_readable(self.cap.as_raw_fd(), ms);
     }
 
     fn drain(&mut self, mut each: impl FnMut(Frame<'_>)) {
@@ -486,6 +478,19 @@ impl PcapSource {
             },
             Err(_) => CaptureDrops::default(),
         }
+    }
+}
+
+/// Waits up to `ms` milliseconds for `fd` to become readable (or fail).
+pub(crate) fn wait_readable(fd: std::os::fd::RawFd, ms: i32) {
+    let mut pfd = libc::pollfd {
+        fd,
+        events: libc::POLLIN | libc::POLLERR,
+        revents: 0,
+    };
+    // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
+    unsafe {
+        libc::poll(&mut pfd, 1, ms);
     }
 }
 

@@ -15,7 +15,8 @@
 
 use crate::error::CaptureError;
 use crate::live::{
-    classify_os_error, interface_drops, interface_index, join_fanout, CaptureDrops, LiveConfig,
+    classify_os_error, interface_drops, interface_index, join_fanout, wait_readable, CaptureDrops,
+    LiveConfig,
 };
 use crate::Frame;
 use sonde_wire::LinkType;
@@ -349,22 +350,9 @@ impl RingSource {
                 }
                 continue;
             }
-            self.left_in_block -= 1;
-            let Some(h) = PacketHeader::read(self.block_bytes(), self.next_pkt) else {
-                // The kernel never writes this; give the rest of the block up rather than
-                // read outside it.
-                self.left_in_block = 0;
+            let Some(h) = self.next_header() else {
                 continue;
             };
-            if h.next == 0 {
-                self.left_in_block = 0;
-            }
-            self.next_pkt += h.next;
-            if self.loopback && h.pkttype == PACKET_OUTGOING {
-                // The loopback device hands every packet over twice, going out and coming in;
-                // libpcap keeps the second, and so does this.
-                continue;
-            }
             if !self.is_tagged(&h) {
                 // A slice of the held block: valid until the next call, which the borrow of
                 // `self` guarantees.
@@ -403,19 +391,10 @@ impl RingSource {
         let mut locs = std::mem::take(&mut self.locs);
         locs.clear();
         self.scratch.clear();
-        while self.left_in_block > 0 && locs.len() < BATCH_FRAMES {
-            self.left_in_block -= 1;
-            let Some(h) = PacketHeader::read(self.block_bytes(), self.next_pkt) else {
-                self.left_in_block = 0;
+        while locs.len() < BATCH_FRAMES {
+            let Some(h) = self.next_header() else {
                 break;
             };
-            if h.next == 0 {
-                self.left_in_block = 0;
-            }
-            self.next_pkt += h.next;
-            if self.loopback && h.pkttype == PACKET_OUTGOING {
-                continue;
-            }
             if !self.is_tagged(&h) {
                 locs.push((h.ts_ns, h.wire, false, h.mac, h.snap));
                 continue;
@@ -444,6 +423,31 @@ impl RingSource {
         true
     }
 
+    /// The next header of the held block, moved past; `None` when the block has no more.
+    #[inline]
+    fn next_header(&mut self) -> Option<PacketHeader> {
+        while self.left_in_block > 0 {
+            self.left_in_block -= 1;
+            let Some(h) = PacketHeader::read(self.block_bytes(), self.next_pkt) else {
+                // The kernel never writes this; give the rest of the block up rather than
+                // read outside it.
+                self.left_in_block = 0;
+                return None;
+            };
+            if h.next == 0 {
+                self.left_in_block = 0;
+            }
+            self.next_pkt += h.next;
+            if self.loopback && h.pkttype == PACKET_OUTGOING {
+                // The loopback device hands every packet over twice, going out and coming in;
+                // libpcap keeps the second, and so does this.
+                continue;
+            }
+            return Some(h);
+        }
+        None
+    }
+
     fn is_tagged(&self, h: &PacketHeader) -> bool {
         self.link == LinkType::Ethernet
             && (h.vlan_tci != 0 || h.status & TP_STATUS_VLAN_VALID != 0)
@@ -459,15 +463,7 @@ impl RingSource {
         if self.status(self.block).load(Ordering::Acquire) & TP_STATUS_USER != 0 {
             return;
         }
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN | libc::POLLERR,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
-        unsafe {
-            libc::poll(&mut pfd, 1, ms);
-        }
+        wait_readable(self.fd.as_raw_fd(), ms);
     }
 
     /// At stop: waits for the block the kernel still holds (retired at the block timeout) and

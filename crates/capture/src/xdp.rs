@@ -18,7 +18,7 @@
 //! a copy for the host: the packets no longer reach its own stack.
 
 use crate::error::CaptureError;
-use crate::live::{classify_os_error, interface_index, CaptureDrops, LiveConfig};
+use crate::live::{classify_os_error, interface_index, wait_readable, CaptureDrops, LiveConfig};
 use crate::ring::setsockopt;
 use crate::Frame;
 use sonde_wire::LinkType;
@@ -747,15 +747,7 @@ impl XdpSource {
     }
 
     fn wait_ms(&self, ms: i32) {
-        let mut pfd = libc::pollfd {
-            fd: self.fd.as_raw_fd(),
-            events: libc::POLLIN,
-            revents: 0,
-        };
-        // SAFETY: `pfd` is a valid pollfd for the duration of the call; nfds is 1.
-        unsafe {
-            libc::poll(&mut pfd, 1, ms);
-        }
+        wait_readable(self.fd.as_raw_fd(), ms);
     }
 
     /// At stop: what the receive ring still holds, within a few milliseconds.
