@@ -56,7 +56,8 @@ bench-quick: setup
 	$(CARGO) build --release -p sonde -p sonde-bench $(FEATURES)
 	target/release/sonde-bench --quick --out bench-results-quick.md
 
-lint:
+# Clippy builds every crate, so it needs the C libraries (setup) and the console it embeds.
+lint: setup console
 	$(CARGO) fmt --all -- --check
 	$(CARGO) clippy --workspace --all-targets $(FEATURES) -- -D warnings
 
