@@ -1337,7 +1337,7 @@ struct FamilyWriter {
     family: Family,
     dir: PathBuf,
     /// The column of each key that owns one now.
-    columns: HashMap<Arc<str>, u32>,
+    columns: crate::WireMap<Arc<str>, u32>,
     /// Per column: the key that owns it, and the second from which it does (0: since the
     /// column was made).
     owner: Vec<(Arc<str>, u64)>,
@@ -1437,7 +1437,7 @@ impl FamilyWriter {
                 .set_len(owners_len)
                 .map_err(io_err(&owners_path))?;
         }
-        let mut columns = HashMap::with_capacity(owner.len());
+        let mut columns = crate::WireMap::with_capacity_and_hasher(owner.len(), Default::default());
         for (col, (key, _)) in owner.iter().enumerate() {
             // A key listed twice owns the later column (it got it after losing the first).
             columns.insert(key.clone(), col as u32);

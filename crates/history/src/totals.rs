@@ -93,8 +93,8 @@ pub fn path_for(segment: &Path) -> PathBuf {
 
 /// Scans a closed segment and sums it up.
 pub fn build(segment: &Path) -> Result<SegmentTotals, StoreError> {
-    let mut hosts: std::collections::HashMap<HostId, Totals> = Default::default();
-    let mut apps: std::collections::HashMap<AppId, Totals> = Default::default();
+    let mut hosts: crate::WireMap<HostId, Totals> = Default::default();
+    let mut apps: crate::WireMap<AppId, Totals> = Default::default();
     let mut t = SegmentTotals {
         segment_len: fs::metadata(segment)
             .map_err(|err| StoreError::Io {

@@ -795,21 +795,36 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         // Only a hand-over: the sinks' own queues hold what waits (a batch here is up to
         // 8192 records, 2.5 MB).
         let (tx, rx) = bounded::<Vec<FlowRecord>>(2);
+        // Buffers of batches every sink is done with, back to the shards (RecordSinkLink).
+        let (recycle_tx, recycle_rx) = bounded::<Vec<FlowRecord>>(16);
         let h = std::thread::Builder::new()
             .name("sink-dispatch".into())
             .spawn(move || -> SinkResult {
+                // Batches some sink may still hold; one only this thread holds is done with.
+                let mut lent: Vec<Batch> = Vec::new();
                 for batch in rx.iter() {
                     let batch: Batch = Arc::new(batch);
                     for s in sinks.iter_mut() {
                         s.offer(&batch);
                     }
+                    lent.push(batch);
+                    lent.retain_mut(|b| match Arc::get_mut(b) {
+                        Some(records) => {
+                            let mut buf = std::mem::take(records);
+                            buf.clear();
+                            let _ = recycle_tx.try_send(buf);
+                            false
+                        }
+                        None => true,
+                    });
                 }
+                drop(lent);
                 // Every sink finishes (writes what it holds) even when one failed.
                 let done: Vec<_> = sinks.into_iter().map(QueuedSink::finish).collect();
                 done.into_iter().collect()
             })
             .map_err(|e| ProbeError::Config(format!("cannot start the sink thread: {e}")))?;
-        (Some(tx), Some(h))
+        (Some((tx, recycle_rx)), Some(h))
     };
 
     let host_sink = match &cfg.hosts_out {
@@ -997,7 +1012,12 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             },
             shared: sh,
             requests: req_rx,
-            sink: sink_tx.clone(),
+            sink: sink_tx
+                .as_ref()
+                .map(|(tx, recycled)| shard::RecordSinkLink {
+                    tx: tx.clone(),
+                    recycled: recycled.clone(),
+                }),
             sink_sent: sink_sent.clone(),
             host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),

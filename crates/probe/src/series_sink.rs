@@ -14,6 +14,7 @@ use sonde_history::series::{
     Config, Family, Metrics, SeriesWriter, GAUGE_ACTIVE_FLOWS, GAUGE_ACTIVE_HOSTS,
     GAUGE_CAPTURE_DROPS, GAUGE_DROPS, INTERFACE_TOTAL,
 };
+use sonde_history::WireMap;
 use std::collections::{BTreeMap, HashMap};
 use std::path::{Path, PathBuf};
 use std::thread::JoinHandle;
@@ -52,9 +53,9 @@ pub struct SeriesReport {
 struct Second {
     interface: IntervalCounts,
     directions: [IntervalCounts; 4],
-    apps: HashMap<(u16, u16), IntervalCounts>,
-    hosts: HashMap<sonde_flow::host::HostKey, IntervalCounts>,
-    exporters: HashMap<sonde_flow::ExporterKey, IntervalCounts>,
+    apps: WireMap<(u16, u16), IntervalCounts>,
+    hosts: WireMap<sonde_flow::host::HostKey, IntervalCounts>,
+    exporters: WireMap<sonde_flow::ExporterKey, IntervalCounts>,
     /// Filter-set expressions: (packets, bytes).
     filters: HashMap<u16, (u64, u64)>,
     /// Summed over shards (a host seen by two shards counts twice in `active_hosts`).
@@ -95,15 +96,15 @@ fn metrics(c: &IntervalCounts) -> Metrics {
     }
 }
 
-/// A host's series key: its address, and `@VLAN` when it has one.
-pub fn host_key(k: &sonde_flow::host::HostKey) -> String {
-    let mut s = String::new();
-    sonde_export::format_addr(&mut s, &k.addr, k.ip_version);
+/// A host's series key: its address, and `@VLAN` when it has one, written over `s` (one
+/// buffer for every host of a second, not a string each).
+pub fn host_key_into(s: &mut String, k: &sonde_flow::host::HostKey) {
+    s.clear();
+    sonde_export::format_addr(s, &k.addr, k.ip_version);
     if k.vlan != 0 {
         s.push('@');
-        s.push_str(&k.vlan.to_string());
+        s.push_str(itoa::Buffer::new().format(k.vlan));
     }
-    s
 }
 
 /// An application's series key: its label as in `L7_PROTO_NAME` (`TLS.Google`, `Unknown`).
@@ -160,6 +161,8 @@ fn run(
 ) -> Result<SeriesReport, String> {
     let err = |e: sonde_history::store::StoreError| format!("time series: {e}");
     let mut pending: BTreeMap<u64, Second> = BTreeMap::new();
+    // The series key of each host, written over for every host of a second.
+    let mut key = String::new();
     let mut closed: Vec<Option<u64>> = vec![None; shards];
     let mut done = vec![false; shards];
     let mut written_through: Option<u64> = None;
@@ -242,7 +245,8 @@ fn run(
                     w.set(Family::Apps, &app_key(*k), metrics(c));
                 }
                 for (k, c) in &s.hosts {
-                    w.set(Family::Hosts, &host_key(k), metrics(c));
+                    host_key_into(&mut key, k);
+                    w.set(Family::Hosts, &key, metrics(c));
                 }
                 for (k, c) in &s.exporters {
                     w.set(Family::Exporters, &exporter_key(k), metrics(c));
