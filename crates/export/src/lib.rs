@@ -86,7 +86,11 @@ fn push_millis(out: &mut String, us: u32) {
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 enum Cell {
     Number,
+    /// A string that may hold anything (it came off the wire, or from a file): escaped.
     Text,
+    /// A string sonde wrote itself from numbers or its own names (an address, a MAC, a
+    /// label): nothing in it needs an escape, so none is looked for.
+    Plain,
     /// A producer's key and value, both escaped.
     Foreign,
 }
@@ -158,8 +162,7 @@ fn own_fields(
     let v = View::of(f);
     let s = v.s();
     let mut buf = String::with_capacity(48);
-    let mut put = |name: &'static str, buf: &mut String, is_str: bool| {
-        let cell = if is_str { Cell::Text } else { Cell::Number };
+    let mut put = |name: &'static str, buf: &mut String, cell: Cell| {
         field(name, Some(buf.as_str()), cell);
         buf.clear();
     };
@@ -170,9 +173,9 @@ fn own_fields(
     ] {
         format_addr(&mut buf, addr, f.key.ip_version);
         if v4 {
-            put(name4, &mut buf, true);
+            put(name4, &mut buf, Cell::Plain);
         } else {
-            put(name6, &mut buf, true);
+            put(name6, &mut buf, Cell::Plain);
         }
     }
     let (sport, dport) = v.ports();
@@ -202,31 +205,31 @@ fn own_fields(
     ];
     for (name, n) in nums {
         push_number(&mut buf, n);
-        put(name, &mut buf, false);
+        put(name, &mut buf, Cell::Number);
         if name == "OOORDER_OUT_PKTS" {
             push_millis(&mut buf, f.rtt_client_us);
-            put("CLIENT_NW_LATENCY_MS", &mut buf, false);
+            put("CLIENT_NW_LATENCY_MS", &mut buf, Cell::Number);
             push_millis(&mut buf, f.rtt_server_us);
-            put("SERVER_NW_LATENCY_MS", &mut buf, false);
+            put("SERVER_NW_LATENCY_MS", &mut buf, Cell::Number);
         }
     }
     push_number(&mut buf, f.icmp_type_code as u64);
-    put("ICMP_TYPE", &mut buf, false);
+    put("ICMP_TYPE", &mut buf, Cell::Number);
     let (cm, sm) = v.macs();
     format_mac(&mut buf, &cm);
-    put("IN_SRC_MAC", &mut buf, true);
+    put("IN_SRC_MAC", &mut buf, Cell::Plain);
     format_mac(&mut buf, &sm);
-    put("IN_DST_MAC", &mut buf, true);
+    put("IN_DST_MAC", &mut buf, Cell::Plain);
     buf.push_str(f.tunnel.name());
-    put("TUNNEL", &mut buf, true);
+    put("TUNNEL", &mut buf, Cell::Plain);
     push_number(&mut buf, f.fragments as u64);
-    put("FRAGMENTS", &mut buf, false);
+    put("FRAGMENTS", &mut buf, Cell::Number);
     buf.push_str(r.reason.name());
-    put("FLOW_END_REASON", &mut buf, true);
+    put("FLOW_END_REASON", &mut buf, Cell::Plain);
     if f.classified() {
         // With --local-networks only.
         buf.push_str(f.direction().name());
-        put("FLOW_DIRECTION", &mut buf, true);
+        put("FLOW_DIRECTION", &mut buf, Cell::Plain);
     }
     if let Some(g) = geo {
         // With --geoip-dir only. AS 0 is "not known", as nProbe writes it; a country is
@@ -243,7 +246,7 @@ fn own_fields(
             for (name, n, given) in [("SRC_AS", ga.asn, src_as), ("DST_AS", gb.asn, dst_as)] {
                 if given == 0 {
                     push_number(&mut buf, n as u64);
-                    put(name, &mut buf, false);
+                    put(name, &mut buf, Cell::Number);
                 }
             }
         }
@@ -253,14 +256,14 @@ fn own_fields(
         ] {
             if let Some(c) = c {
                 buf.push_str(c.as_str());
-                put(name, &mut buf, true);
+                put(name, &mut buf, Cell::Text);
             }
         }
         if g.has_cities() {
             for (name, ip) in [("SRC_IP_CITY", a), ("DST_IP_CITY", b)] {
                 if let Some(city) = g.city(ip) {
                     buf.push_str(city);
-                    put(name, &mut buf, true);
+                    put(name, &mut buf, Cell::Text);
                 }
             }
         }
@@ -274,7 +277,7 @@ fn own_fields(
             } else {
                 "EXPORTER_IPV6_ADDRESS"
             };
-            put(name, &mut buf, true);
+            put(name, &mut buf, Cell::Plain);
         }
         for (name, n) in [
             ("INPUT_SNMP", f.in_if),
@@ -282,17 +285,18 @@ fn own_fields(
             ("SAMPLING_INTERVAL", f.sampling),
         ] {
             push_number(&mut buf, n as u64);
-            put(name, &mut buf, false);
+            put(name, &mut buf, Cell::Number);
         }
     }
     if f.dpi_done {
         let l7 = &f.l7;
         l7.push_number(&mut buf);
-        put("L7_PROTO", &mut buf, true);
+        put("L7_PROTO", &mut buf, Cell::Plain);
+        // Names may come from libndpi, whose list a user can extend: escaped.
         l7.push_name(&mut buf);
-        put("L7_PROTO_NAME", &mut buf, true);
-        field("L7_CATEGORY", Some(l7.category.name()), Cell::Text);
-        field("L7_CONFIDENCE", Some(l7.confidence.name()), Cell::Text);
+        put("L7_PROTO_NAME", &mut buf, Cell::Text);
+        field("L7_CATEGORY", Some(l7.category.name()), Cell::Plain);
+        field("L7_CONFIDENCE", Some(l7.confidence.name()), Cell::Plain);
     }
     if let Some(m) = r.meta.as_deref() {
         meta_fields(m, &mut field);
@@ -552,11 +556,15 @@ impl<W: Write> FlowWriter<W> {
                         match cell {
                             // A producer's unknown key came off the wire.
                             Cell::Foreign => push_json_str(line, name),
-                            Cell::Text | Cell::Number => line.push_str(name),
+                            Cell::Text | Cell::Plain | Cell::Number => line.push_str(name),
                         }
                         line.push_str("\":");
                         if cell == Cell::Number {
                             line.push_str(v);
+                        } else if cell == Cell::Plain {
+                            line.push('"');
+                            line.push_str(v);
+                            line.push('"');
                         } else {
                             line.push('"');
                             push_json_str(line, v);
