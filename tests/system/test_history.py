@@ -283,6 +283,27 @@ def _host_totals(path):
 
 
 @pytest.mark.parametrize("threads", [1, 2])
+def test_every_host_series_adds_up_to_its_counters(sonde, corpus, workdir, threads):
+    """Each host's per-second series sums to what --hosts-out says it sent and received, for
+    every host. With two shards most hosts have flows on both, and a second's rows of one
+    host from the two shards are summed before they are written."""
+    pcap = corpus / "telegram.pcap"  # 59 s, 24 hosts: none is purged during the run
+    if not pcap.exists():
+        pytest.skip("telegram.pcap not in the corpus")
+    data = workdir / "data"
+    hosts = workdir / "hosts.jsonl"
+    p = sonde("-r", pcap, "--threads", threads, "--data-dir", data, "--hosts-out", hosts, "-q")
+    assert p.returncode == 0, p.stderr
+    want = _host_totals(hosts)
+    assert len(want) > 10
+    span = ["--resolution", "1s", "--from", "0", "--to", "4000000000"]
+    for (addr, vlan), t in want.items():
+        key = addr if int(vlan) == 0 else f"{addr}@{vlan}"
+        got = _sums(_series(sonde, data, "--family", "hosts", "--key", key, *span))
+        assert [got["BYTES_OUT"], got["BYTES_IN"], got["PACKETS_OUT"], got["PACKETS_IN"]] == t[:4], key
+
+
+@pytest.mark.parametrize("threads", [1, 2])
 def test_host_cache_gives_returning_hosts_their_counters(sonde, corpus, workdir, threads):
     """Hosts leave memory at the end of a run and are kept in the host cache; when the same
     capture is read again into the same data directory, every host comes back with the

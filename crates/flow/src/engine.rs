@@ -1022,8 +1022,12 @@ impl Engine {
             }
         }
         self.tick_rows.fresh = write_rows;
-        // The interval that ends now started a tick ago (before the first tick: nothing yet).
-        if self.series.is_some() {
+        // The interval that ends now started a tick ago. At the first tick nothing closes: what
+        // was counted before it (collected records) belongs to the interval that starts in
+        // this same second, so closing it now would close that second twice and tell the
+        // series writer it was done while the second's rows were still to come (with two
+        // shards, the other shard's rows of that second were then refused).
+        if self.series.is_some() && self.next_tick_ns != 0 {
             let start = self.interval_start_s();
             self.close_series_at(start);
         }

@@ -54,7 +54,11 @@ struct Second {
     interface: IntervalCounts,
     directions: [IntervalCounts; 4],
     apps: WireMap<(u16, u16), IntervalCounts>,
-    hosts: WireMap<sonde_flow::host::HostKey, IntervalCounts>,
+    /// The shards' host rows as they came (each shard lists a host once a second): the first
+    /// shard's moved in, not hashed; see [`Second::host_rows`].
+    hosts: Vec<(sonde_flow::host::HostKey, IntervalCounts)>,
+    /// Shards whose host rows are in `hosts`.
+    host_parts: u32,
     exporters: WireMap<sonde_flow::ExporterKey, IntervalCounts>,
     /// Filter-set expressions: (packets, bytes).
     filters: HashMap<u16, (u64, u64)>,
@@ -63,6 +67,43 @@ struct Second {
     /// By input (index in [`ShardInputs::names`]): its traffic (with several inputs) and its
     /// capture's kernel drops (live interfaces).
     inputs: BTreeMap<usize, (IntervalCounts, u64)>,
+}
+
+impl Second {
+    fn add_hosts(&mut self, rows: Vec<(sonde_flow::host::HostKey, IntervalCounts)>) {
+        if rows.is_empty() {
+            return;
+        }
+        if self.hosts.is_empty() {
+            self.hosts = rows;
+        } else {
+            self.hosts.extend_from_slice(&rows);
+        }
+        self.host_parts += 1;
+    }
+
+    /// Each host's counts of the second, once: rows of one shard as they are; rows of several
+    /// summed by host (sorted in place: at a million hosts a map would take twice the memory
+    /// of the rows themselves).
+    fn host_rows(&mut self) -> &[(sonde_flow::host::HostKey, IntervalCounts)] {
+        if self.host_parts > 1 {
+            let rows = &mut self.hosts;
+            rows.sort_unstable_by_key(|(k, _)| (k.addr, k.ip_version, k.vlan));
+            let mut kept = 0;
+            for i in 0..rows.len() {
+                if kept > 0 && rows[kept - 1].0 == rows[i].0 {
+                    let c = rows[i].1;
+                    rows[kept - 1].1.add(&c);
+                } else {
+                    rows[kept] = rows[i];
+                    kept += 1;
+                }
+            }
+            rows.truncate(kept);
+            self.host_parts = 1;
+        }
+        &self.hosts
+    }
 }
 
 /// Which input each shard reads, for the per-input series.
@@ -188,9 +229,7 @@ fn run(
                     for (k, c) in &t.apps {
                         s.apps.entry(*k).or_default().add(c);
                     }
-                    for (k, c) in &t.hosts {
-                        s.hosts.entry(*k).or_default().add(c);
-                    }
+                    s.add_hosts(t.hosts);
                     for (k, c) in &t.exporters {
                         s.exporters.entry(*k).or_default().add(c);
                     }
@@ -231,7 +270,7 @@ fn run(
             if !ready {
                 break;
             }
-            let s = pending.remove(&second).expect("present");
+            let mut s = pending.remove(&second).expect("present");
             if w.begin(second) {
                 w.set(Family::Interface, INTERFACE_TOTAL, metrics(&s.interface));
                 // With --local-networks: the interface's traffic by flow direction.
@@ -244,7 +283,7 @@ fn run(
                 for (k, c) in &s.apps {
                     w.set(Family::Apps, &app_key(*k), metrics(c));
                 }
-                for (k, c) in &s.hosts {
+                for (k, c) in s.host_rows() {
                     host_key_into(&mut key, k);
                     w.set(Family::Hosts, &key, metrics(c));
                 }
