@@ -1042,11 +1042,15 @@ impl HandshakeWatch {
             "inproc://collect-zmq-monitor-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        let failed = zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+        // Successes too: one after a failure means the producer is heard, and dialing again
+        // then would cut the connection that works (a PUB producer drops what it sends
+        // while its subscriber is away).
+        let watched = zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
             | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
-            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32;
+            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
+            | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32;
         let events = socket
-            .monitor(&name, failed)
+            .monitor(&name, watched)
             .and_then(|_| ctx.socket(zmq::PAIR))
             .and_then(|e| e.connect(&name).map(|_| e))
             .map_err(|e| format!("zmq: cannot watch the socket's handshakes: {e}"))?;
@@ -1065,6 +1069,10 @@ impl HandshakeWatch {
                 continue;
             };
             let event = zmq::SocketEvent::from_raw(u16::from_ne_bytes([event[0], event[1]]));
+            if event == zmq::SocketEvent::HANDSHAKE_SUCCEEDED {
+                self.due = None;
+                continue;
+            }
             // Refusals by the allow-list's ZAP handler are counted there.
             if event != zmq::SocketEvent::HANDSHAKE_FAILED_AUTH {
                 counters.failed_handshakes.fetch_add(1, Ordering::Relaxed);
