@@ -561,13 +561,13 @@ impl<W: Write> FlowWriter<W> {
                         line.push_str("\":");
                         if cell == Cell::Number {
                             line.push_str(v);
-                        } else if cell == Cell::Plain {
-                            line.push('"');
-                            line.push_str(v);
-                            line.push('"');
                         } else {
                             line.push('"');
-                            push_json_str(line, v);
+                            if cell == Cell::Plain {
+                                line.push_str(v);
+                            } else {
+                                push_json_str(line, v);
+                            }
                             line.push('"');
                         }
                     }

@@ -1027,7 +1027,8 @@ impl Engine {
         // this same second, so closing it now would close that second twice and tell the
         // series writer it was done while the second's rows were still to come (with two
         // shards, the other shard's rows of that second were then refused).
-        if self.series.is_some() && self.next_tick_ns != 0 {
+        // (The analytics skip the first tick the same way: `analytics_tick`.)
+        if self.series.is_some() && self.ticks > 0 {
             let start = self.interval_start_s();
             self.close_series_at(start);
         }

@@ -89,17 +89,14 @@ impl Second {
         if self.host_parts > 1 {
             let rows = &mut self.hosts;
             rows.sort_unstable_by_key(|(k, _)| (k.addr, k.ip_version, k.vlan));
-            let mut kept = 0;
-            for i in 0..rows.len() {
-                if kept > 0 && rows[kept - 1].0 == rows[i].0 {
-                    let c = rows[i].1;
-                    rows[kept - 1].1.add(&c);
-                } else {
-                    rows[kept] = rows[i];
-                    kept += 1;
+            // A row of the same host as the one kept before it is added to that one.
+            rows.dedup_by(|(k, c), (kept_k, kept_c)| {
+                let same = k == kept_k;
+                if same {
+                    kept_c.add(c);
                 }
-            }
-            rows.truncate(kept);
+                same
+            });
             self.host_parts = 1;
         }
         &self.hosts
