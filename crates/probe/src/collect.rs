@@ -852,22 +852,20 @@ pub const TCP_IDLE: Duration = Duration::from_secs(300);
 /// Receives JSON flows on a bound ZMQ PULL socket (or in ntopng's framing on a SUB socket)
 /// until `stop`.
 pub(crate) fn run_zmq(
-    input: ZmqInput,
+    mut input: ZmqInput,
     format: ZmqFormat,
     what: String,
     mut out: Dispatcher,
     stop: Arc<AtomicBool>,
     counters: Arc<CollectorCounters>,
 ) -> ExporterReport {
-    let ZmqInput {
-        socket,
-        mut handshakes,
-    } = input;
+    // Not taken apart: the socket (first field) must close before the watch does, or an event
+    // sent to a watch already gone blocks libzmq's I/O thread and the context never ends.
     if let ZmqFormat::Ntopng { .. } = format {
         let mut reader = NtopngReader::new(what);
         while !stop.load(Ordering::Relaxed) {
-            handshakes.check(&socket, &counters);
-            match socket.recv_multipart(0) {
+            input.handshakes.check(&input.socket, &counters);
+            match input.socket.recv_multipart(0) {
                 Ok(parts) => reader.message(&parts, &mut out, &counters),
                 Err(zmq::Error::EAGAIN) => {}
                 Err(_) => break,
@@ -877,8 +875,8 @@ pub(crate) fn run_zmq(
         return Vec::new();
     }
     while !stop.load(Ordering::Relaxed) {
-        handshakes.check(&socket, &counters);
-        match socket.recv_bytes(0) {
+        input.handshakes.check(&input.socket, &counters);
+        match input.socket.recv_bytes(0) {
             Ok(msg) => {
                 counters.messages.fetch_add(1, Ordering::Relaxed);
                 let (flows, errors) = sonde_export::ingest::flows_from_message(&msg);
@@ -1013,6 +1011,7 @@ pub const ZMQ_MAX_MESSAGE: i64 = 64 << 20;
 
 /// A collector's ZMQ socket and the watch on its producers' handshakes.
 pub(crate) struct ZmqInput {
+    /// Declared first so it is dropped first (see `run_zmq`).
     socket: zmq::Socket,
     handshakes: HandshakeWatch,
 }
@@ -1042,13 +1041,17 @@ impl HandshakeWatch {
             "inproc://collect-zmq-monitor-{}",
             NEXT.fetch_add(1, Ordering::Relaxed)
         );
-        // Successes too: one after a failure means the producer is heard, and dialing again
-        // then would cut the connection that works (a PUB producer drops what it sends
-        // while its subscriber is away).
-        let watched = zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
+        let mut watched = zmq::SocketEvent::HANDSHAKE_FAILED_NO_DETAIL as i32
             | zmq::SocketEvent::HANDSHAKE_FAILED_PROTOCOL as i32
-            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32
-            | zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32;
+            | zmq::SocketEvent::HANDSHAKE_FAILED_AUTH as i32;
+        if redial.is_some() {
+            // Successes too, on the one connection to the producer: one after a failure means
+            // the producer is heard, and dialing again then would cut the connection that
+            // works (a PUB producer drops what it sends while its subscriber is away). Not
+            // on a bound socket: libzmq's I/O thread blocks on an event nobody reads, so each
+            // producer's connection would be one more event a flood could pile up.
+            watched |= zmq::SocketEvent::HANDSHAKE_SUCCEEDED as i32;
+        }
         let events = socket
             .monitor(&name, watched)
             .and_then(|_| ctx.socket(zmq::PAIR))
@@ -1276,7 +1279,8 @@ mod tests {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             l.local_addr().unwrap().port()
         };
-        let pull = bind_zmq(
+        // Kept whole: its watch must outlive the socket (see `run_zmq`).
+        let input = bind_zmq(
             &format!("tcp://127.0.0.1:{port}"),
             None,
             &AllowList::default(),
@@ -1284,12 +1288,15 @@ mod tests {
             &Arc::new(AtomicBool::new(false)),
             &Arc::new(CollectorCounters::default()),
         )
-        .unwrap()
-        .socket;
+        .unwrap();
+        let pull = &input.socket;
         let ctx = zmq::Context::new();
         let big = ctx.socket(zmq::PUSH).unwrap();
         big.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
         big.set_linger(0).unwrap();
+        // A collector that stalls fails the test instead of hanging it (a PUSH waits for a
+        // connected peer).
+        big.set_sndtimeo(10_000).unwrap();
         big.send(&vec![b'x'; (ZMQ_MAX_MESSAGE + 1) as usize][..], 0)
             .unwrap();
         let mut got_big = false;
@@ -1302,6 +1309,8 @@ mod tests {
         drop(big);
         let small = ctx.socket(zmq::PUSH).unwrap();
         small.connect(&format!("tcp://127.0.0.1:{port}")).unwrap();
+        small.set_sndtimeo(10_000).unwrap();
+        small.set_linger(0).unwrap();
         small.send(&b"[]"[..], 0).unwrap();
         let mut got = None;
         for _ in 0..25 {
