@@ -73,6 +73,27 @@ pub(crate) fn restore(h: &mut Host, c: &CachedHost) {
     h.flows_as_server += c.flows_as_server;
 }
 
+/// A cached host as a host that is not in memory (one purged again before its counters came
+/// back): all the cache keeps, first and last seen included, so that putting it back loses
+/// nothing ([`restore`] into a fresh host would leave both at 0: the host would look seen in
+/// 1970 and be the first the cache evicts).
+pub(crate) fn host_from_cache(key: HostKey, c: &CachedHost) -> Host {
+    Host {
+        key,
+        has_mac: c.mac.is_some(),
+        mac: c.mac.unwrap_or_default(),
+        sent_pkts: c.sent_pkts,
+        sent_bytes: c.sent_bytes,
+        rcvd_pkts: c.rcvd_pkts,
+        rcvd_bytes: c.rcvd_bytes,
+        first_ns: c.first_ns,
+        last_ns: c.last_ns,
+        flows_as_client: c.flows_as_client,
+        flows_as_server: c.flows_as_server,
+        ..Host::default()
+    }
+}
+
 /// Hosts per message when a shard hands over all it holds at the end.
 pub(crate) const HANDOVER_CHUNK: usize = 2048;
 
@@ -150,4 +171,32 @@ fn run(
         cached: cache.len() as u64,
         evicted: cache.evicted,
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_cached_host_put_back_keeps_all_the_cache_knew() {
+        let with_mac = CachedHost {
+            mac: Some([2, 0, 0, 0, 0, 7]),
+            sent_pkts: 3,
+            sent_bytes: 300,
+            rcvd_pkts: 4,
+            rcvd_bytes: 400,
+            first_ns: 1_000,
+            last_ns: 9_000,
+            flows_as_client: 2,
+            flows_as_server: 1,
+        };
+        let without = CachedHost {
+            mac: None,
+            ..with_mac
+        };
+        for c in [with_mac, without] {
+            let h = host_from_cache(HostKey::default(), &c);
+            assert_eq!(cached(&h), c);
+        }
+    }
 }

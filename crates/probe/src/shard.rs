@@ -365,12 +365,7 @@ impl ShardCtx {
                 .restore_host(&k, |h| crate::host_cache::restore(h, &cached))
             {
                 // Purged again meanwhile: back into the cache.
-                let mut h = Host {
-                    key: k,
-                    ..Host::default()
-                };
-                crate::host_cache::restore(&mut h, &cached);
-                gone.push(h);
+                gone.push(crate::host_cache::host_from_cache(k, &cached));
             }
         }
         if let (false, Some(c)) = (gone.is_empty(), &self.host_cache) {
