@@ -386,6 +386,16 @@ impl HostCache {
         &mut self,
         hosts: impl IntoIterator<Item = (&'k CacheKey, CachedHost)>,
     ) -> Result<(), StoreError> {
+        self.put_many_with(hosts, |_| {})
+    }
+
+    /// [`HostCache::put_many`], telling `merged` each host's counters as the cache now holds
+    /// them (this stay added to those before it), in the order given.
+    pub fn put_many_with<'k>(
+        &mut self,
+        hosts: impl IntoIterator<Item = (&'k CacheKey, CachedHost)>,
+        mut merged: impl FnMut(&CachedHost),
+    ) -> Result<(), StoreError> {
         // Records not written yet; they follow the log's end (`self.len`).
         let mut pending: Vec<u8> = Vec::new();
         for (key, mut h) in hosts {
@@ -407,6 +417,7 @@ impl HostCache {
             }
             let rec = ((self.len + pending.len() as u64 - HEADER) / RECORD as u64) as u32;
             pending.extend_from_slice(&encode(KIND_HOST, key, &h));
+            merged(&h);
             let last_s = seconds(h.last_ns);
             self.index.insert(*key, Entry { rec, last_s });
             self.stored += 1;
@@ -417,6 +428,14 @@ impl HostCache {
         }
         self.append(&pending)?;
         self.compact_if_mostly_dead()
+    }
+
+    /// A host's counters, left in the cache.
+    pub fn get(&self, key: &CacheKey) -> Result<Option<CachedHost>, StoreError> {
+        match self.index.get(key) {
+            Some(e) => self.read_at(offset(e.rec)).map(Some),
+            None => Ok(None),
+        }
     }
 
     /// Takes a returning host's counters out of the cache.
@@ -743,6 +762,29 @@ mod tests {
         drop(c);
         let c = HostCache::open(&dir).unwrap();
         assert_eq!(keys(&c), want);
+        fs::remove_dir_all(&dir).unwrap();
+    }
+
+    #[test]
+    fn a_batch_tells_each_hosts_totals_and_get_leaves_them_cached() {
+        let dir = tmp("merged");
+        let mut c = HostCache::open(&dir).unwrap();
+        c.put(&key(1), &host(1)).unwrap();
+        let batch = [(key(1), host(2)), (key(2), host(3)), (key(1), host(4))];
+        let mut told = Vec::new();
+        c.put_many_with(batch.iter().map(|(k, h)| (k, *h)), |h| told.push(*h))
+            .unwrap();
+        // The newer stay's MAC wins.
+        let mut once = host(2);
+        once.merge(&host(1));
+        let mut twice = host(4);
+        twice.merge(&once);
+        assert_eq!(told, [once, host(3), twice]);
+        assert_eq!(c.get(&key(1)).unwrap(), Some(twice));
+        assert_eq!(c.get(&key(2)).unwrap(), Some(host(3)));
+        assert_eq!(c.get(&key(3)).unwrap(), None);
+        assert_eq!((c.len(), c.restored), (2, 0), "get takes nothing");
+        assert_eq!(c.take(&key(1)).unwrap(), Some(twice));
         fs::remove_dir_all(&dir).unwrap();
     }
 

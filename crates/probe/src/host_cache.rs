@@ -5,6 +5,12 @@
 //! A shard's last message is a `Sync`: the thread answers every lookup before it, then says
 //! `Synced`, so no returning host's counters are in flight when the shard hands over its final
 //! hosts. Counters the thread cannot deliver (the shard is gone) go back into the cache.
+//!
+//! With `--hosts-out` too, the purged hosts' records are written from here, with the counters
+//! the cache holds once each is added in: a host's record then covers all its visits however
+//! the shards' lookups and purges raced (with several shards, one may purge a host while
+//! another, which has flows of it too, asks for it). At the end the run asks for the totals of
+//! the hosts still live (`Totals`) for the same reason.
 
 use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::host::HostKey;
@@ -15,8 +21,12 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub(crate) enum CacheMsg {
-    /// Hosts that left a shard's memory.
+    /// Hosts that left a shard's memory (purged: written to `--hosts-out` from here).
+    Purged(Vec<Host>),
+    /// Hosts handed back (a shard's last hosts, or counters that came back too late).
     Put(Vec<Host>),
+    /// These hosts (merged across shards) with the counters of all their visits.
+    Totals(Vec<Host>, Sender<Vec<Host>>),
     /// Hosts a shard just created: are they returning?
     Lookup(usize, Vec<HostKey>),
     /// Answer everything asked before, then `Synced`.
@@ -51,6 +61,27 @@ pub(crate) fn cached(h: &Host) -> CachedHost {
         last_ns: h.last_ns,
         flows_as_client: h.flows_as_client,
         flows_as_server: h.flows_as_server,
+    }
+}
+
+/// `h` with the counters of all its visits, `c` (the cache's, this stay included); what the
+/// cache does not keep (retransmissions, locality, live flows) stays `h`'s.
+fn with_totals(h: &Host, c: &CachedHost) -> Host {
+    let mut t = host_from_cache(h.key, c);
+    if h.has_mac {
+        (t.mac, t.has_mac) = (h.mac, true);
+    }
+    if t.first_ns == 0 {
+        t.first_ns = h.first_ns;
+    }
+    t.last_ns = t.last_ns.max(h.last_ns);
+    Host {
+        live: h.live,
+        active_flows: h.active_flows,
+        retransmits_sent: h.retransmits_sent,
+        retransmits_rcvd: h.retransmits_rcvd,
+        local: h.local,
+        ..t
     }
 }
 
@@ -100,11 +131,12 @@ pub(crate) const HANDOVER_CHUNK: usize = 2048;
 type CacheThread = JoinHandle<Result<HostCacheReport, String>>;
 
 /// Opens the cache of `dir`, holding at most `max_entries` hosts, and starts its thread;
-/// `replies[i]` answers shard i.
+/// `replies[i]` answers shard i; purged hosts go to `hosts_out` (`--hosts-out`'s writer).
 pub(crate) fn start(
     dir: &Path,
     max_entries: usize,
     replies: Vec<Sender<CacheReply>>,
+    hosts_out: Option<Sender<Vec<Host>>>,
 ) -> Result<(Sender<CacheMsg>, CacheThread), String> {
     let cache = HostCache::open_with_capacity(dir, max_entries)
         .map_err(|e| format!("--data-dir {}: {e}", dir.display()))?;
@@ -113,7 +145,7 @@ pub(crate) fn start(
     let (tx, rx) = crossbeam_channel::bounded::<CacheMsg>(256);
     let h = std::thread::Builder::new()
         .name("host-cache".into())
-        .spawn(move || run(cache, rx, replies))
+        .spawn(move || run(cache, rx, replies, hosts_out))
         .map_err(|e| format!("cannot start the host cache thread: {e}"))?;
     Ok((tx, h))
 }
@@ -122,11 +154,47 @@ fn run(
     mut cache: HostCache,
     rx: Receiver<CacheMsg>,
     replies: Vec<Sender<CacheReply>>,
+    mut hosts_out: Option<Sender<Vec<Host>>>,
 ) -> Result<HostCacheReport, String> {
     let err = |e: sonde_history::store::StoreError| format!("host cache: {e}");
     let mut last_checkpoint = Instant::now();
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {
+            Ok(CacheMsg::Purged(hosts)) => {
+                let mut rows =
+                    Vec::with_capacity(if hosts_out.is_some() { hosts.len() } else { 0 });
+                let mut i = 0;
+                cache
+                    .put_many_with(hosts.iter().map(|h| (&h.key, cached(h))), |c| {
+                        if hosts_out.is_some() {
+                            rows.push(with_totals(&hosts[i], c));
+                        }
+                        i += 1;
+                    })
+                    .map_err(err)?;
+                if let Some(tx) = &hosts_out {
+                    if tx.send(rows).is_err() {
+                        hosts_out = None;
+                    }
+                }
+            }
+            Ok(CacheMsg::Totals(mut hosts, reply)) => {
+                let mut failed = None;
+                for h in hosts.iter_mut() {
+                    match cache.get(&h.key) {
+                        Ok(Some(c)) => *h = with_totals(h, &c),
+                        Ok(None) => {} // evicted: what the shards held
+                        Err(e) => {
+                            failed = Some(err(e));
+                            break;
+                        }
+                    }
+                }
+                let _ = reply.send(hosts);
+                if let Some(e) = failed {
+                    return Err(e);
+                }
+            }
             Ok(CacheMsg::Put(hosts)) => {
                 cache
                     .put_many(hosts.iter().map(|h| (&h.key, cached(h))))
@@ -165,6 +233,7 @@ fn run(
         }
     }
     cache.checkpoint().map_err(err)?;
+    drop(hosts_out);
     Ok(HostCacheReport {
         stored: cache.stored,
         restored: cache.restored,

@@ -132,6 +132,8 @@ pub struct Probe {
     host_sink: Option<HostSink>,
     series: Option<JoinHandle<Result<crate::series_sink::SeriesReport, String>>>,
     host_cache: Option<JoinHandle<Result<crate::host_cache::HostCacheReport, String>>>,
+    /// The host cache, asked at the end for the totals of the hosts written to `--hosts-out`.
+    host_totals: Option<Sender<crate::host_cache::CacheMsg>>,
     /// Collector threads (they stop with the stop flag; shards end when all of them have).
     receivers: Vec<JoinHandle<collect::ExporterReport>>,
     collector_counters: Arc<CollectorCounters>,
@@ -268,6 +270,21 @@ impl Probe {
             hosts.len()
         };
         total.active_hosts = distinct_hosts as u64;
+        let hosts = match self.host_totals.take() {
+            Some(cache) => {
+                use crate::host_cache::CacheMsg;
+                let (tx, rx) = bounded(1);
+                // The cache answers with the hosts, totalled or (if it fails: its error comes
+                // when it is joined) as they were; gone, it hands them back here.
+                match cache.send(CacheMsg::Totals(hosts, tx)) {
+                    Ok(()) => rx.recv().unwrap_or_default(),
+                    Err(crossbeam_channel::SendError(CacheMsg::Totals(hosts, _))) => hosts,
+                    Err(_) => Vec::new(),
+                }
+                // `cache` goes here: the cache thread ends, and with it its --hosts-out sender.
+            }
+            None => hosts,
+        };
         let hosts_written = match self.host_sink.take() {
             Some((tx, h)) => {
                 let mut hosts = hosts;
@@ -878,8 +895,13 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                 .unzip();
             cache_replies = rxs;
             Some(
-                crate::host_cache::start(dir, cfg.host_cache_max, txs)
-                    .map_err(ProbeError::Config)?,
+                crate::host_cache::start(
+                    dir,
+                    cfg.host_cache_max,
+                    txs,
+                    host_sink.as_ref().map(|(tx, _)| tx.clone()),
+                )
+                .map_err(ProbeError::Config)?,
             )
         }
         None => None,
@@ -1019,7 +1041,10 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     recycled: recycled.clone(),
                 }),
             sink_sent: sink_sent.clone(),
-            host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
+            host_sink: host_sink
+                .as_ref()
+                .filter(|_| host_cache.is_none())
+                .map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
             series: series.as_ref().map(|(tx, _)| (all_ctxs.len(), tx.clone())),
@@ -1044,7 +1069,13 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     // The shards hold the series and host cache senders now: those threads end when the
     // last shard does.
     let series = series.map(|(_, h)| h);
-    let host_cache = host_cache.map(|(_, h)| h);
+    // Kept only to ask for the final hosts' totals, which only several shards can make differ
+    // from what the shards hold (one shard has every returning host's counters back before it
+    // hands its hosts over).
+    let (host_cache, host_totals) = match host_cache {
+        Some((tx, h)) => (Some(h), (threads > 1 && host_sink.is_some()).then_some(tx)),
+        None => (None, None),
+    };
     let (analytics, analytics_view) = match analytics {
         Some((_, h, view)) => (Some(h), Some(view)),
         None => (None, None),
@@ -1332,6 +1363,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         host_sink,
         series,
         host_cache,
+        host_totals,
         receivers,
         kafka_finals,
         collector_counters,

@@ -98,7 +98,7 @@ pub(crate) struct ShardCtx {
     pub sink: Option<RecordSinkLink>,
     /// Records every shard has handed to the sinks so far (shared by all shards).
     pub sink_sent: Arc<AtomicU64>,
-    /// Purged hosts, for `--hosts-out`.
+    /// Purged hosts, for `--hosts-out` (with a host cache they go through it instead).
     pub host_sink: Option<Sender<Vec<Host>>>,
     pub stop: Arc<AtomicBool>,
     pub records: Vec<FlowRecord>,
@@ -281,10 +281,10 @@ impl ShardCtx {
         if self.host_sink.is_some() || self.host_cache.is_some() {
             let purged = self.engine.take_purged_hosts();
             if !purged.is_empty() {
+                // With a host cache, it writes them to --hosts-out (with all their visits).
                 if let Some(c) = &self.host_cache {
-                    let _ = c.tx.send(crate::host_cache::CacheMsg::Put(purged.clone()));
-                }
-                if let Some(tx) = &self.host_sink {
+                    let _ = c.tx.send(crate::host_cache::CacheMsg::Purged(purged));
+                } else if let Some(tx) = &self.host_sink {
                     if tx.send(purged).is_err() {
                         self.host_sink = None;
                     }
