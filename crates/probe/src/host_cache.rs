@@ -9,8 +9,9 @@
 //! With `--hosts-out` too, the purged hosts' records are written from here, with the counters
 //! the cache holds once each is added in: a host's record then covers all its visits however
 //! the shards' lookups and purges raced (with several shards, one may purge a host while
-//! another, which has flows of it too, asks for it). At the end the run asks for the totals of
-//! the hosts still live (`Totals`) for the same reason.
+//! another, which has flows of it too, asks for it). For the same reason the run, not the
+//! shards, hands over the last hosts then (`Final`, merged across shards, each host once), and
+//! their records take the counters the cache holds once they are in.
 
 use crossbeam_channel::{Receiver, Sender};
 use sonde_flow::host::HostKey;
@@ -25,8 +26,9 @@ pub(crate) enum CacheMsg {
     Purged(Vec<Host>),
     /// Hosts handed back (a shard's last hosts, or counters that came back too late).
     Put(Vec<Host>),
-    /// These hosts (merged across shards) with the counters of all their visits.
-    Totals(Vec<Host>, Sender<Vec<Host>>),
+    /// The run's last hosts, merged across shards, kept as `Put` keeps them; answered with
+    /// them carrying the counters of all their visits.
+    Final(Vec<Host>, Sender<Vec<Host>>),
     /// Hosts a shard just created: are they returning?
     Lookup(usize, Vec<HostKey>),
     /// Answer everything asked before, then `Synced`.
@@ -178,21 +180,22 @@ fn run(
                     }
                 }
             }
-            Ok(CacheMsg::Totals(mut hosts, reply)) => {
-                let mut failed = None;
-                for h in hosts.iter_mut() {
-                    match cache.get(&h.key) {
-                        Ok(Some(c)) => *h = with_totals(h, &c),
-                        Ok(None) => {} // evicted: what the shards held
-                        Err(e) => {
-                            failed = Some(err(e));
-                            break;
-                        }
+            Ok(CacheMsg::Final(hosts, reply)) => {
+                // Each host once: what the cache tells is its remainder (visits purged by a
+                // shard and not given back) and this, whatever it evicts meanwhile.
+                let mut rows = Vec::with_capacity(hosts.len());
+                let put = cache.put_many_with(hosts.iter().map(|h| (&h.key, cached(h))), |c| {
+                    rows.push(with_totals(&hosts[rows.len()], c));
+                });
+                match put {
+                    Ok(()) => {
+                        let _ = reply.send(rows);
                     }
-                }
-                let _ = reply.send(hosts);
-                if let Some(e) = failed {
-                    return Err(e);
+                    Err(e) => {
+                        // The records keep what the shards held; the error ends the run.
+                        let _ = reply.send(hosts);
+                        return Err(err(e));
+                    }
                 }
             }
             Ok(CacheMsg::Put(hosts)) => {

@@ -132,8 +132,8 @@ pub struct Probe {
     host_sink: Option<HostSink>,
     series: Option<JoinHandle<Result<crate::series_sink::SeriesReport, String>>>,
     host_cache: Option<JoinHandle<Result<crate::host_cache::HostCacheReport, String>>>,
-    /// The host cache, asked at the end for the totals of the hosts written to `--hosts-out`.
-    host_totals: Option<Sender<crate::host_cache::CacheMsg>>,
+    /// With `--hosts-out`, the host cache, handed the last hosts (merged) at the end.
+    host_handover: Option<Sender<crate::host_cache::CacheMsg>>,
     /// Collector threads (they stop with the stop flag; shards end when all of them have).
     receivers: Vec<JoinHandle<collect::ExporterReport>>,
     collector_counters: Arc<CollectorCounters>,
@@ -270,15 +270,15 @@ impl Probe {
             hosts.len()
         };
         total.active_hosts = distinct_hosts as u64;
-        let hosts = match self.host_totals.take() {
+        let hosts = match self.host_handover.take() {
             Some(cache) => {
                 use crate::host_cache::CacheMsg;
                 let (tx, rx) = bounded(1);
                 // The cache answers with the hosts, totalled or (if it fails: its error comes
                 // when it is joined) as they were; gone, it hands them back here.
-                match cache.send(CacheMsg::Totals(hosts, tx)) {
+                match cache.send(CacheMsg::Final(hosts, tx)) {
                     Ok(()) => rx.recv().unwrap_or_default(),
-                    Err(crossbeam_channel::SendError(CacheMsg::Totals(hosts, _))) => hosts,
+                    Err(crossbeam_channel::SendError(CacheMsg::Final(hosts, _))) => hosts,
                     Err(_) => Vec::new(),
                 }
                 // `cache` goes here: the cache thread ends, and with it its --hosts-out sender.
@@ -1053,6 +1053,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
             reader_ns: 0,
             host_cache: host_cache.as_ref().map(|(tx, _)| shard::HostCacheLink {
                 shard: all_ctxs.len(),
+                hand_over: host_sink.is_none(),
                 tx: tx.clone(),
                 replies: cache_replies.remove(0),
             }),
@@ -1069,11 +1070,9 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
     // The shards hold the series and host cache senders now: those threads end when the
     // last shard does.
     let series = series.map(|(_, h)| h);
-    // Kept only to ask for the final hosts' totals, which only several shards can make differ
-    // from what the shards hold (one shard has every returning host's counters back before it
-    // hands its hosts over).
-    let (host_cache, host_totals) = match host_cache {
-        Some((tx, h)) => (Some(h), (threads > 1 && host_sink.is_some()).then_some(tx)),
+    // With --hosts-out the run hands the last hosts over, merged (see `host_cache`).
+    let (host_cache, host_handover) = match host_cache {
+        Some((tx, h)) => (Some(h), host_sink.is_some().then_some(tx)),
         None => (None, None),
     };
     let (analytics, analytics_view) = match analytics {
@@ -1363,7 +1362,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         host_sink,
         series,
         host_cache,
-        host_totals,
+        host_handover,
         receivers,
         kafka_finals,
         collector_counters,

@@ -150,6 +150,8 @@ pub(crate) struct TriggerAck {
 /// A shard's link to the host cache thread.
 pub(crate) struct HostCacheLink {
     pub shard: usize,
+    /// The shard hands its last hosts over itself (else the run does, merged: `--hosts-out`).
+    pub hand_over: bool,
     pub tx: Sender<crate::host_cache::CacheMsg>,
     pub replies: Receiver<crate::host_cache::CacheReply>,
 }
@@ -390,7 +392,7 @@ impl ShardCtx {
         self.restore_hosts(found);
         // In chunks copied as they go: a million hosts are 104 MB, which need not be copied
         // all at once.
-        if let Some(c) = self.host_cache.take() {
+        if let Some(c) = self.host_cache.take().filter(|c| c.hand_over) {
             let chunk = crate::host_cache::HANDOVER_CHUNK;
             let mut hosts = self.engine.hosts().iter().copied().peekable();
             while hosts.peek().is_some() {
