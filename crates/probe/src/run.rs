@@ -1041,10 +1041,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
                     recycled: recycled.clone(),
                 }),
             sink_sent: sink_sent.clone(),
-            host_sink: host_sink
-                .as_ref()
-                .filter(|_| host_cache.is_none())
-                .map(|(tx, _)| tx.clone()),
+            host_sink: host_sink.as_ref().map(|(tx, _)| tx.clone()),
             stop: stop.clone(),
             records: Vec::new(),
             series: series.as_ref().map(|(tx, _)| (all_ctxs.len(), tx.clone())),

@@ -98,7 +98,7 @@ pub(crate) struct ShardCtx {
     pub sink: Option<RecordSinkLink>,
     /// Records every shard has handed to the sinks so far (shared by all shards).
     pub sink_sent: Arc<AtomicU64>,
-    /// Purged hosts, for `--hosts-out` (with a host cache they go through it instead).
+    /// Purged hosts, for `--hosts-out` (with a host cache they go through it, unless it failed).
     pub host_sink: Option<Sender<Vec<Host>>>,
     pub stop: Arc<AtomicBool>,
     pub records: Vec<FlowRecord>,
@@ -283,11 +283,18 @@ impl ShardCtx {
         if self.host_sink.is_some() || self.host_cache.is_some() {
             let purged = self.engine.take_purged_hosts();
             if !purged.is_empty() {
-                // With a host cache, it writes them to --hosts-out (with all their visits).
-                if let Some(c) = &self.host_cache {
-                    let _ = c.tx.send(crate::host_cache::CacheMsg::Purged(purged));
-                } else if let Some(tx) = &self.host_sink {
-                    if tx.send(purged).is_err() {
+                use crate::host_cache::CacheMsg;
+                // With a host cache, it writes them to --hosts-out (with all their visits);
+                // if it has failed (its error ends the run), they are written as they are.
+                let unsent = match &self.host_cache {
+                    Some(c) => match c.tx.send(CacheMsg::Purged(purged)) {
+                        Err(crossbeam_channel::SendError(CacheMsg::Purged(p))) => p,
+                        _ => Vec::new(),
+                    },
+                    None => purged,
+                };
+                if let (false, Some(tx)) = (unsent.is_empty(), &self.host_sink) {
+                    if tx.send(unsent).is_err() {
                         self.host_sink = None;
                     }
                 }
