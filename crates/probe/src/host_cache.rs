@@ -152,6 +152,18 @@ pub(crate) fn start(
     Ok((tx, h))
 }
 
+/// Keeps `hosts` in the cache; returns them with the counters of all their visits.
+fn put_totalled(
+    cache: &mut HostCache,
+    hosts: &[Host],
+) -> Result<Vec<Host>, sonde_history::store::StoreError> {
+    let mut rows = Vec::with_capacity(hosts.len());
+    cache.put_many_with(hosts.iter().map(|h| (&h.key, cached(h))), |c| {
+        rows.push(with_totals(&hosts[rows.len()], c));
+    })?;
+    Ok(rows)
+}
+
 fn run(
     mut cache: HostCache,
     rx: Receiver<CacheMsg>,
@@ -162,42 +174,29 @@ fn run(
     let mut last_checkpoint = Instant::now();
     loop {
         match rx.recv_timeout(Duration::from_secs(1)) {
-            Ok(CacheMsg::Purged(hosts)) => {
-                let mut rows =
-                    Vec::with_capacity(if hosts_out.is_some() { hosts.len() } else { 0 });
-                let mut i = 0;
-                cache
-                    .put_many_with(hosts.iter().map(|h| (&h.key, cached(h))), |c| {
-                        if hosts_out.is_some() {
-                            rows.push(with_totals(&hosts[i], c));
-                        }
-                        i += 1;
-                    })
-                    .map_err(err)?;
-                if let Some(tx) = &hosts_out {
+            Ok(CacheMsg::Purged(hosts)) => match &hosts_out {
+                Some(tx) => {
+                    let rows = put_totalled(&mut cache, &hosts).map_err(err)?;
                     if tx.send(rows).is_err() {
                         hosts_out = None;
                     }
                 }
-            }
-            Ok(CacheMsg::Final(hosts, reply)) => {
-                // Each host once: what the cache tells is its remainder (visits purged by a
-                // shard and not given back) and this, whatever it evicts meanwhile.
-                let mut rows = Vec::with_capacity(hosts.len());
-                let put = cache.put_many_with(hosts.iter().map(|h| (&h.key, cached(h))), |c| {
-                    rows.push(with_totals(&hosts[rows.len()], c));
-                });
-                match put {
-                    Ok(()) => {
-                        let _ = reply.send(rows);
-                    }
-                    Err(e) => {
-                        // The records keep what the shards held; the error ends the run.
-                        let _ = reply.send(hosts);
-                        return Err(err(e));
-                    }
+                None => cache
+                    .put_many(hosts.iter().map(|h| (&h.key, cached(h))))
+                    .map_err(err)?,
+            },
+            // Each host once: what the cache adds is its remainder (visits purged by a shard
+            // and not given back), whatever it evicts meanwhile.
+            Ok(CacheMsg::Final(hosts, reply)) => match put_totalled(&mut cache, &hosts) {
+                Ok(rows) => {
+                    let _ = reply.send(rows);
                 }
-            }
+                Err(e) => {
+                    // The records keep what the shards held; the error ends the run.
+                    let _ = reply.send(hosts);
+                    return Err(err(e));
+                }
+            },
             Ok(CacheMsg::Put(hosts)) => {
                 cache
                     .put_many(hosts.iter().map(|h| (&h.key, cached(h))))
@@ -236,7 +235,6 @@ fn run(
         }
     }
     cache.checkpoint().map_err(err)?;
-    drop(hosts_out);
     Ok(HostCacheReport {
         stored: cache.stored,
         restored: cache.restored,
