@@ -48,6 +48,7 @@ fn record(i: u64) -> FlowRecord {
     flow.l7.app = sonde_dpi::Proto(app.1);
     FlowRecord {
         flow,
+        ext: Default::default(),
         reason: EndReason::IdleTimeout,
         meta: None,
         exporter: None,

@@ -197,19 +197,19 @@ fn own_fields(
         ("TCP_FLAGS", (f.tcp_flags[0] | f.tcp_flags[1]) as u64),
         ("CLIENT_TCP_FLAGS", f.tcp_flags[v.c] as u64),
         ("SERVER_TCP_FLAGS", f.tcp_flags[s] as u64),
-        ("RETRANSMITTED_IN_PKTS", f.retransmits[v.c] as u64),
-        ("RETRANSMITTED_OUT_PKTS", f.retransmits[s] as u64),
-        ("OOORDER_IN_PKTS", f.out_of_order[v.c] as u64),
-        ("OOORDER_OUT_PKTS", f.out_of_order[s] as u64),
+        ("RETRANSMITTED_IN_PKTS", r.ext.retransmits[v.c] as u64),
+        ("RETRANSMITTED_OUT_PKTS", r.ext.retransmits[s] as u64),
+        ("OOORDER_IN_PKTS", r.ext.out_of_order[v.c] as u64),
+        ("OOORDER_OUT_PKTS", r.ext.out_of_order[s] as u64),
         ("SRC_TOS", f.tos as u64),
     ];
     for (name, n) in nums {
         push_number(&mut buf, n);
         put(name, &mut buf, Cell::Number);
         if name == "OOORDER_OUT_PKTS" {
-            push_millis(&mut buf, f.rtt_client_us);
+            push_millis(&mut buf, r.ext.rtt_client_us);
             put("CLIENT_NW_LATENCY_MS", &mut buf, Cell::Number);
-            push_millis(&mut buf, f.rtt_server_us);
+            push_millis(&mut buf, r.ext.rtt_server_us);
             put("SERVER_NW_LATENCY_MS", &mut buf, Cell::Number);
         }
     }
@@ -280,8 +280,8 @@ fn own_fields(
             put(name, &mut buf, Cell::Plain);
         }
         for (name, n) in [
-            ("INPUT_SNMP", f.in_if),
-            ("OUTPUT_SNMP", f.out_if),
+            ("INPUT_SNMP", r.ext.in_if),
+            ("OUTPUT_SNMP", r.ext.out_if),
             ("SAMPLING_INTERVAL", f.sampling),
         ] {
             push_number(&mut buf, n as u64);
@@ -686,9 +686,12 @@ mod tests {
         flow.first_ns = 1_700_000_000_123_000_000;
         flow.last_ns = 1_700_000_001_456_000_000;
         flow.tcp_flags = [0x12, 0x02];
-        flow.rtt_client_us = 1500;
         FlowRecord {
             flow,
+            ext: sonde_flow::FlowExt {
+                rtt_client_us: 1500,
+                ..Default::default()
+            },
             reason: EndReason::IdleTimeout,
             meta: None,
             exporter: None,

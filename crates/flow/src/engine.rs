@@ -6,7 +6,9 @@
 //! accounting, idle/active timeouts, host purge) happens in [`Engine::tick`], driven by packet
 //! time, so reading a file gives the same result however fast it is read.
 
-use crate::flow::{locality, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow, NO_HOST};
+use crate::flow::{
+    locality, DirectionCounts, EndReason, Flow, FlowExt, FlowRecord, FlowRow, NO_HOST,
+};
 use crate::host::{Host, HostKey, HostTable};
 use crate::key::{Dir, FlowKey};
 use crate::series::{Gauges, SeriesAcc, SeriesTick};
@@ -206,6 +208,13 @@ pub struct Engine {
     decoder: Decoder,
     index: Index,
     flows: Vec<Flow>,
+    /// The TCP and collector fields of the flow at the same slot, where [`Flow::has_ext`]:
+    /// reserved like `flows`, and as long as the highest slot that ever had one (the pages of
+    /// a run of UDP flows are never touched).
+    exts: Vec<FlowExt>,
+    /// What a flow past the end of `exts` is handed by [`Flow::update`]: such a flow has no
+    /// [`FlowExt`] (not TCP), so nothing is written to it.
+    spare_ext: FlowExt,
     free: Vec<u32>,
     live_flows: usize,
     hosts: HostTable,
@@ -288,6 +297,8 @@ impl Engine {
         Engine {
             index: Index::with_max_entries(max_flows),
             flows,
+            exts: Vec::with_capacity(max_flows),
+            spare_ext: FlowExt::default(),
             free: Vec::new(),
             live_flows: 0,
             hosts: HostTable::new(cfg.max_hosts.max(1)),
@@ -648,7 +659,11 @@ impl Engine {
             return;
         }
         let f = &mut self.flows[slot as usize];
-        f.update(dir, p, ts_ns);
+        let ext = self
+            .exts
+            .get_mut(slot as usize)
+            .unwrap_or(&mut self.spare_ext);
+        f.update(ext, dir, p, ts_ns);
         if f.last_was_retransmit {
             // Rare: the two hosts are touched only then.
             let (sender, receiver) = (f.hosts[dir], f.hosts[1 - dir]);
@@ -680,9 +695,15 @@ impl Engine {
             self.index.prefetch(tags[i]);
         }
         // Pass 2: prefetch the first candidate entry of each packet.
-        for &tag in &tags[..n] {
+        for (key, &tag) in keys[..n].iter().zip(&tags[..n]) {
             if let Some(slot) = self.peek(tag) {
                 prefetch_read(&self.flows[slot as usize]);
+                if key.proto == sonde_wire::ipproto::TCP {
+                    // Its sequence tracking is in the FlowExt slab.
+                    if let Some(x) = self.exts.get(slot as usize) {
+                        prefetch_read(x);
+                    }
+                }
             }
         }
         // Pass 3: find or create, then update.
@@ -838,6 +859,9 @@ impl Engine {
                 (self.flows.len() - 1) as u32
             }
         };
+        if key.proto == sonde_wire::ipproto::TCP {
+            self.claim_ext(slot);
+        }
         self.index.insert_at(pos, tag, slot);
         self.live_flows += 1;
         self.stats.flows_created += 1;
@@ -902,6 +926,31 @@ impl Engine {
         f.pending_bytes = [0, 0];
     }
 
+    /// The flow's [`FlowExt`], made its own (reset) first if it had none.
+    pub(crate) fn claim_ext(&mut self, slot: u32) -> &mut FlowExt {
+        let i = slot as usize;
+        let f = &mut self.flows[i];
+        if !f.has_ext {
+            f.has_ext = true;
+            if i < self.exts.len() {
+                self.exts[i] = FlowExt::default();
+            } else {
+                // Within the reserved capacity: only the new entries' pages are touched.
+                self.exts.resize(i + 1, FlowExt::default());
+            }
+        }
+        &mut self.exts[i]
+    }
+
+    /// A copy of the flow's [`FlowExt`] (the default when it has none).
+    fn ext_of(&self, slot: usize) -> FlowExt {
+        if self.flows[slot].has_ext {
+            self.exts[slot]
+        } else {
+            FlowExt::default()
+        }
+    }
+
     fn remove(&mut self, slot: u32, reason: EndReason) {
         let f = &mut self.flows[slot as usize];
         Self::flush_to_hosts(
@@ -928,6 +977,7 @@ impl Engine {
         let meta = self.dpi_end(slot);
         let record = FlowRecord {
             flow: self.flows[slot as usize],
+            ext: self.ext_of(slot as usize),
             reason,
             meta,
             exporter: self.exporter_of(slot),
@@ -997,8 +1047,14 @@ impl Engine {
                 && f.pkts != [0, 0]
             {
                 // Emit what the flow did so far and keep tracking it with fresh counters.
+                let has_ext = f.has_ext;
                 self.expired.push(FlowRecord {
                     flow: *f,
+                    ext: if has_ext {
+                        self.exts[slot]
+                    } else {
+                        FlowExt::default()
+                    },
                     reason: EndReason::ActiveTimeout,
                     // The metadata stays with the flow too, for its later records.
                     meta: self.dpi_meta.get(slot).cloned().flatten(),
@@ -1010,11 +1066,14 @@ impl Engine {
                 self.stats.flows_ended[EndReason::ActiveTimeout as usize] += 1;
                 f.pkts = [0, 0];
                 f.bytes = [0, 0];
-                f.retransmits = [0, 0];
-                f.out_of_order = [0, 0];
                 f.fragments = 0;
                 f.record_start_ns = now;
                 f.first_ns = now;
+                if has_ext {
+                    let x = &mut self.exts[slot];
+                    x.retransmits = [0, 0];
+                    x.out_of_order = [0, 0];
+                }
             }
             let f = &self.flows[slot];
             if write_rows && f.live {
@@ -1155,6 +1214,7 @@ impl Engine {
             // The slab's capacity is reserved up front but only the slots ever used are
             // touched (resident): count those.
             + self.flows.len() * std::mem::size_of::<Flow>()
+            + self.exts.len() * std::mem::size_of::<FlowExt>()
             + self.free.capacity() * 4
             + self.hosts.memory_bytes()
             + (self.dpi_active.capacity() + self.dpi_meta.capacity()) * 8
@@ -1234,13 +1294,9 @@ impl Engine {
     pub fn flow_tcp(&self, keys: &[FlowKey]) -> Vec<Option<crate::flow::TcpHealth>> {
         keys.iter()
             .map(|key| {
-                let f = &self.flows[self.live_slot(key)?];
-                (f.key.proto == 6).then_some(crate::flow::TcpHealth {
-                    retransmits: f.retransmits,
-                    out_of_order: f.out_of_order,
-                    rtt_client_us: f.rtt_client_us,
-                    rtt_server_us: f.rtt_server_us,
-                })
+                let slot = self.live_slot(key)?;
+                let f = &self.flows[slot];
+                (f.key.proto == 6 && f.has_ext).then(|| self.exts[slot].health())
             })
             .collect()
     }

@@ -107,7 +107,7 @@ pub struct TcpHealth {
 }
 
 /// Per-direction TCP sequence tracking, for retransmission and out-of-order counts.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct SeqTrack {
     /// Sequence number expected next (highest seq + len seen).
     pub next_seq: u32,
@@ -140,6 +140,38 @@ impl SeqTrack {
 /// a retransmission when the handshake was not seen (Wireshark's default).
 const OUT_OF_ORDER_DEFAULT_NS: u64 = 3_000_000;
 
+/// What only TCP flows and collected flows use, kept beside the flow table in a slab of its
+/// own, at the flow's slot ([`Flow::has_ext`]): a UDP or ICMP flow (a flood's) takes three
+/// cache lines instead of four. One cache line.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[repr(C, align(64))]
+pub struct FlowExt {
+    pub syn_ns: u64,
+    pub synack_ns: u64,
+    /// Handshake RTT halves in microseconds: SYN → SYN/ACK (server side) and SYN/ACK → ACK
+    /// (client side), as nProbe's SERVER_NW_LATENCY_MS / CLIENT_NW_LATENCY_MS.
+    pub rtt_server_us: u32,
+    pub rtt_client_us: u32,
+    pub seq: [SeqTrack; 2],
+    pub retransmits: [u32; 2],
+    pub out_of_order: [u32; 2],
+    /// Collected flows: input and output SNMP interfaces.
+    pub in_if: u32,
+    pub out_if: u32,
+}
+
+impl FlowExt {
+    /// What the API's flow pages show of it.
+    pub fn health(&self) -> TcpHealth {
+        TcpHealth {
+            retransmits: self.retransmits,
+            out_of_order: self.out_of_order,
+            rtt_client_us: self.rtt_client_us,
+            rtt_server_us: self.rtt_server_us,
+        }
+    }
+}
+
 #[derive(Clone, Copy, Debug)]
 #[repr(C, align(64))]
 pub struct Flow {
@@ -162,15 +194,6 @@ pub struct Flow {
     pub first_ns: u64,
     /// Start of the current record (first packet, or the last active-timeout export).
     pub record_start_ns: u64,
-    pub syn_ns: u64,
-    pub synack_ns: u64,
-    /// Handshake RTT halves in microseconds: SYN → SYN/ACK (server side) and SYN/ACK → ACK
-    /// (client side), as nProbe's SERVER_NW_LATENCY_MS / CLIENT_NW_LATENCY_MS.
-    pub rtt_server_us: u32,
-    pub rtt_client_us: u32,
-    pub seq: [SeqTrack; 2],
-    pub retransmits: [u32; 2],
-    pub out_of_order: [u32; 2],
     pub mac_a: [u8; 6],
     pub mac_b: [u8; 6],
     pub tcp_flags: [u8; 2],
@@ -183,6 +206,9 @@ pub struct Flow {
     pub tos: u8,
     pub icmp_type_code: u16,
     pub live: bool,
+    /// The [`FlowExt`] at this flow's slot is this flow's (a TCP or collected flow): set when
+    /// the flow is created or collected; the entry is stale otherwise.
+    pub has_ext: bool,
     pub fragments: u32,
     /// Application label (protocol, service, category, how it was found).
     pub l7: L7,
@@ -191,10 +217,8 @@ pub struct Flow {
     /// The last TCP segment was a retransmission (its bytes were seen before: DPI skips it).
     pub last_was_retransmit: bool,
     /// Collected flows: the exporter (index into the shard's exporter table, 0 = captured
-    /// here), input/output SNMP interfaces, and the sampling rate (0 = captured here).
+    /// here) and the sampling rate (0 = captured here); their interfaces are in [`FlowExt`].
     pub exporter: u16,
-    pub in_if: u32,
-    pub out_if: u32,
     pub sampling: u32,
     /// Packets of both directions in the current analytics interval.
     pub ivl_pkts: u32,
@@ -214,13 +238,6 @@ impl Default for Flow {
             hosts: [NO_HOST; 2],
             filter_mask: [0; 2],
             ivl_bytes: 0,
-            syn_ns: 0,
-            synack_ns: 0,
-            rtt_server_us: 0,
-            rtt_client_us: 0,
-            seq: [SeqTrack::default(); 2],
-            retransmits: [0; 2],
-            out_of_order: [0; 2],
             mac_a: [0; 6],
             mac_b: [0; 6],
             tcp_flags: [0; 2],
@@ -231,13 +248,12 @@ impl Default for Flow {
             tos: 0,
             icmp_type_code: 0,
             live: false,
+            has_ext: false,
             fragments: 0,
             l7: L7::default(),
             dpi_done: false,
             last_was_retransmit: false,
             exporter: 0,
-            in_if: 0,
-            out_if: 0,
             sampling: 0,
             ivl_pkts: 0,
         }
@@ -389,6 +405,8 @@ impl DirectionCounts {
 #[derive(Clone, Debug)]
 pub struct FlowRecord {
     pub flow: Flow,
+    /// The flow's TCP and collector fields (all 0 for a captured UDP or ICMP flow).
+    pub ext: FlowExt,
     pub reason: EndReason,
     /// What DPI learned (server name, HTTP/DNS/TLS fields, …), when it learned anything.
     pub meta: Option<Box<Meta>>,
@@ -430,7 +448,8 @@ impl Flow {
 
     /// Accounts one packet. `dir` is relative to the canonical key.
     #[inline(always)]
-    pub fn update(&mut self, dir: Dir, d: &Decoded, ts_ns: u64) {
+    /// `ext` is the flow's [`FlowExt`], read and written only for TCP.
+    pub fn update(&mut self, ext: &mut FlowExt, dir: Dir, d: &Decoded, ts_ns: u64) {
         let len = d.ip_len as u64;
         self.pkts[dir] += 1;
         self.bytes[dir] += len;
@@ -443,7 +462,7 @@ impl Flow {
             self.fragments += 1;
         }
         if d.proto == sonde_wire::ipproto::TCP && !(d.is_fragment && d.sport == 0 && d.dport == 0) {
-            self.tcp_update(dir, d, ts_ns);
+            self.tcp_update(ext, dir, d, ts_ns);
         }
     }
 
@@ -502,12 +521,12 @@ impl Flow {
     }
 
     #[cold]
-    fn handshake(&mut self, dir: Dir, flags: u8, ts_ns: u64) {
+    fn handshake(&mut self, x: &mut FlowExt, dir: Dir, flags: u8, ts_ns: u64) {
         let syn = flags & tcpflags::SYN != 0;
         let ack = flags & tcpflags::ACK != 0;
         if syn && !ack {
-            if self.syn_ns == 0 {
-                self.syn_ns = ts_ns;
+            if x.syn_ns == 0 {
+                x.syn_ns = ts_ns;
                 // A SYN names the client, whatever was seen before.
                 self.client_is_a = dir == 0;
             }
@@ -515,30 +534,30 @@ impl Flow {
                 self.tcp_state = TcpState::SynSent;
             }
         } else if syn && ack {
-            if self.synack_ns == 0 {
-                self.synack_ns = ts_ns;
-                if self.syn_ns != 0 && ts_ns >= self.syn_ns {
-                    self.rtt_server_us = ((ts_ns - self.syn_ns) / 1000) as u32;
+            if x.synack_ns == 0 {
+                x.synack_ns = ts_ns;
+                if x.syn_ns != 0 && ts_ns >= x.syn_ns {
+                    x.rtt_server_us = ((ts_ns - x.syn_ns) / 1000) as u32;
                 }
             }
             if matches!(self.tcp_state, TcpState::None | TcpState::SynSent) {
                 self.tcp_state = TcpState::SynReceived;
             }
         } else if ack && self.tcp_state == TcpState::SynReceived && dir == self.client_dir() {
-            if self.rtt_client_us == 0 && ts_ns >= self.synack_ns {
-                self.rtt_client_us = ((ts_ns - self.synack_ns) / 1000) as u32;
+            if x.rtt_client_us == 0 && ts_ns >= x.synack_ns {
+                x.rtt_client_us = ((ts_ns - x.synack_ns) / 1000) as u32;
             }
             self.tcp_state = TcpState::Established;
         }
     }
 
     #[inline(always)]
-    fn tcp_update(&mut self, dir: Dir, d: &Decoded, ts_ns: u64) {
+    fn tcp_update(&mut self, x: &mut FlowExt, dir: Dir, d: &Decoded, ts_ns: u64) {
         self.last_was_retransmit = false;
         let flags = d.tcp_flags;
         self.tcp_flags[dir] |= flags;
         if flags & tcpflags::SYN != 0 || self.tcp_state == TcpState::SynReceived {
-            self.handshake(dir, flags, ts_ns);
+            self.handshake(x, dir, flags, ts_ns);
         }
         if flags & (tcpflags::FIN | tcpflags::RST) != 0 {
             self.tcp_close(flags);
@@ -551,7 +570,7 @@ impl Flow {
             + (flags & tcpflags::FIN != 0) as u32;
         let seq = d.tcp_seq;
         let end = seq.wrapping_add(seg_len);
-        let t = &mut self.seq[dir];
+        let t = &mut x.seq[dir];
         if t.advanced_at == 0 || seq == t.next_seq || seq_after(seq, t.next_seq) {
             // The first segment, the next one, or one after a gap (what came between was
             // sent but not captured: a bare ACK beyond the newest segment says so too). A
@@ -582,15 +601,15 @@ impl Flow {
         // Older than expected. As Wireshark decides: out of order when it comes within the
         // handshake's round trip (3 ms without one) of the newest segment and does not end
         // where that one did; a retransmission otherwise.
-        let rtt_ns = if self.rtt_client_us > 0 && self.rtt_server_us > 0 {
-            (self.rtt_client_us as u64 + self.rtt_server_us as u64) * 1000
+        let rtt_ns = if x.rtt_client_us > 0 && x.rtt_server_us > 0 {
+            (x.rtt_client_us as u64 + x.rtt_server_us as u64) * 1000
         } else {
             OUT_OF_ORDER_DEFAULT_NS
         };
         if t.since_advanced_ns(ts_ns) < rtt_ns && end != t.next_seq {
-            self.out_of_order[dir] += 1;
+            x.out_of_order[dir] += 1;
         } else {
-            self.retransmits[dir] += 1;
+            x.retransmits[dir] += 1;
             self.last_was_retransmit = true;
         }
         if seq_after(end, t.next_seq) {
@@ -646,10 +665,10 @@ mod tests {
         d
     }
 
-    fn feed(f: &mut Option<Flow>, d: &Decoded, ts: u64) {
+    fn feed(f: &mut Option<(Flow, FlowExt)>, d: &Decoded, ts: u64) {
         let (key, dir) = FlowKey::from_packet(d);
-        let flow = f.get_or_insert_with(|| Flow::new(key, dir, d, ts));
-        flow.update(dir, d, ts);
+        let (flow, ext) = f.get_or_insert_with(|| (Flow::new(key, dir, d, ts), FlowExt::default()));
+        flow.update(ext, dir, d, ts);
     }
 
     #[test]
@@ -663,14 +682,14 @@ mod tests {
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 101, 10), 8_000_000);
         feed(&mut f, &pkt(1, 9, 80, 40000, ACK | FIN, 501, 0), 9_000_000);
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK | FIN, 111, 0), 9_500_000);
-        let f = f.unwrap();
+        let (f, x) = f.unwrap();
         assert!(!f.client_is_a);
-        assert_eq!(f.rtt_server_us, 2000);
-        assert_eq!(f.rtt_client_us, 4000);
+        assert_eq!(x.rtt_server_us, 2000);
+        assert_eq!(x.rtt_client_us, 4000);
         assert_eq!(f.tcp_state, TcpState::Closed);
         let ((cp, cb), (sp, sb)) = f.client_server();
         assert_eq!((cp, cb, sp, sb), (4, 170, 2, 80));
-        assert_eq!(f.retransmits, [0, 0]);
+        assert_eq!(x.retransmits, [0, 0]);
     }
 
     #[test]
@@ -684,10 +703,10 @@ mod tests {
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK | PSH, 100, 10), 4);
         // One byte that is not the last one sent, 10 ms on: a retransmission.
         feed(&mut f, &pkt(9, 1, 40000, 80, ACK, 105, 1), 10_000_000);
-        let f = f.unwrap();
+        let (f, x) = f.unwrap();
         let d = usize::from(f.key.addr_a[3] != 9);
-        assert_eq!(f.retransmits[d], 2);
-        assert_eq!(f.out_of_order, [0, 0]);
+        assert_eq!(x.retransmits[d], 2);
+        assert_eq!(x.out_of_order, [0, 0]);
     }
 
     #[test]
@@ -698,7 +717,7 @@ mod tests {
             &pkt(1, 9, 80, 40000, tcpflags::SYN | tcpflags::ACK, 0, 0),
             1,
         );
-        let f = f.unwrap();
+        let (f, _) = f.unwrap();
         // The SYN/ACK came from a (10.0.0.1): the client is b.
         assert!(!f.client_is_a);
     }
@@ -720,9 +739,9 @@ mod tests {
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1500, 0), 12 * ms);
         // An old segment 50 ms after the newest: a retransmission.
         feed(&mut f, &pkt(1, 2, 1000, 80, ACK, 1400, 100), 62 * ms);
-        let f = f.unwrap();
-        assert_eq!(f.retransmits[0], 2);
-        assert_eq!(f.out_of_order[0], 1);
+        let (f, x) = f.unwrap();
+        assert_eq!(x.retransmits[0], 2);
+        assert_eq!(x.out_of_order[0], 1);
         assert_eq!(f.pkts[0], 7);
         // A forged RST far ahead: the next segments are new, not old.
         let mut g = None;
@@ -730,8 +749,8 @@ mod tests {
         feed(&mut g, &pkt(1, 2, 1000, 80, RST, 2_000_000_000, 0), 2 * ms);
         feed(&mut g, &pkt(1, 2, 1000, 80, ACK, 1100, 100), 30 * ms);
         feed(&mut g, &pkt(1, 2, 1000, 80, ACK, 1200, 100), 60 * ms);
-        let g = g.unwrap();
-        assert_eq!((g.retransmits[0], g.out_of_order[0]), (0, 0));
+        let (_, gx) = g.unwrap();
+        assert_eq!((gx.retransmits[0], gx.out_of_order[0]), (0, 0));
     }
 
     #[test]
@@ -745,7 +764,9 @@ mod tests {
         // The flush and the filter-set count read the second line only.
         let ivl_end = &f.ivl_bytes as *const _ as usize + 8;
         assert!(ivl_end - base <= 128);
-        // Four cache lines, no more: a million flows are 256 MB.
-        assert_eq!(std::mem::size_of::<Flow>(), 256);
+        // Three cache lines, no more: a million UDP flows are 192 MB; TCP and collected flows
+        // take one more line each in the FlowExt slab.
+        assert_eq!(std::mem::size_of::<Flow>(), 192);
+        assert_eq!(std::mem::size_of::<FlowExt>(), 64);
     }
 }

@@ -24,7 +24,7 @@ pub use engine::{
     FullPolicy, PacketRef, Payloads, Span,
 };
 pub use flow::{
-    locality, Direction, DirectionCounts, EndReason, Flow, FlowRecord, FlowRow, TcpHealth,
+    locality, Direction, DirectionCounts, EndReason, Flow, FlowExt, FlowRecord, FlowRow, TcpHealth,
 };
 pub use host::{Host, HostTable};
 pub use key::{Ends, FlowKey};

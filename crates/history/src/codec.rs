@@ -69,15 +69,15 @@
 //! ```
 //!
 //! Not stored, because no output reads them and they only mean something inside a running
-//! shard: sequence tracking, pending host counters, host slots, `live`, `syn_ns`/`synack_ns`,
-//! `last_was_retransmit`, and the shard-local exporter index (the exporter's address is stored).
-//! Decoding gives those their [`Flow::default`] values, with `live` false and
-//! `record_start_ns` equal to `first_ns`.
+//! shard: sequence tracking, pending host counters, host slots, `live`, `has_ext`,
+//! `syn_ns`/`synack_ns`, `last_was_retransmit`, and the shard-local exporter index (the
+//! exporter's address is stored). Decoding gives those their [`Flow::default`] and
+//! [`FlowExt::default`] values, with `live` false and `record_start_ns` equal to `first_ns`.
 
 use sonde_dpi::meta::{self, Dhcp, Dns, Http, Kind, Ssh, Tls, Value, EXTRA_TAG};
 use sonde_dpi::{Category, Confidence, Meta, Proto, L7};
 use sonde_flow::flow::TcpState;
-use sonde_flow::{EndReason, Flow, FlowKey, FlowRecord};
+use sonde_flow::{EndReason, Flow, FlowExt, FlowKey, FlowRecord};
 use sonde_wire::Tunnel;
 use std::fmt;
 use std::net::{Ipv4Addr, Ipv6Addr, SocketAddr, SocketAddrV4, SocketAddrV6};
@@ -241,9 +241,10 @@ pub struct Summary {
 pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
     let start = out.len();
     let f = &r.flow;
+    let x = &r.ext;
     let k = &f.key;
     let short_addrs = k.ip_version == 4 && k.addr_a[4..] == [0; 12] && k.addr_b[4..] == [0; 12];
-    let collected = f.in_if != 0 || f.out_if != 0 || f.sampling != 0;
+    let collected = x.in_if != 0 || x.out_if != 0 || f.sampling != 0;
     let flags = [
         (f.client_is_a, flag::CLIENT_IS_A),
         (f.dpi_done, flag::DPI_DONE),
@@ -291,12 +292,12 @@ pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
     out.put_u16(f.icmp_type_code);
     for n in [
         f.fragments,
-        f.retransmits[0],
-        f.retransmits[1],
-        f.out_of_order[0],
-        f.out_of_order[1],
-        f.rtt_client_us,
-        f.rtt_server_us,
+        x.retransmits[0],
+        x.retransmits[1],
+        x.out_of_order[0],
+        x.out_of_order[1],
+        x.rtt_client_us,
+        x.rtt_server_us,
     ] {
         out.put_u32(n);
     }
@@ -304,7 +305,7 @@ pub fn encode(r: &FlowRecord, out: &mut Vec<u8>) {
     out.extend_from_slice(&f.mac_b);
 
     if collected {
-        for n in [f.in_if, f.out_if, f.sampling] {
+        for n in [x.in_if, x.out_if, f.sampling] {
             out.put_u32(n);
         }
     }
@@ -470,10 +471,6 @@ pub fn decode(buf: &[u8]) -> Result<(FlowRecord, usize), CodecError> {
         record_start_ns: p.first_ns,
         pkts: p.pkts,
         bytes: p.bytes,
-        rtt_server_us,
-        rtt_client_us,
-        retransmits,
-        out_of_order,
         mac_a,
         mac_b,
         tcp_flags,
@@ -491,13 +488,21 @@ pub fn decode(buf: &[u8]) -> Result<(FlowRecord, usize), CodecError> {
             confidence,
         },
         dpi_done: p.has(flag::DPI_DONE),
-        in_if,
-        out_if,
         sampling,
         ..Flow::default()
     };
+    let ext = FlowExt {
+        rtt_server_us,
+        rtt_client_us,
+        retransmits,
+        out_of_order,
+        in_if,
+        out_if,
+        ..FlowExt::default()
+    };
     let record = FlowRecord {
         flow,
+        ext,
         reason,
         meta,
         exporter,
@@ -963,10 +968,6 @@ mod tests {
             tcp_flags: [0x1b, 0x1b],
             tcp_state: TcpState::Closed,
             client_is_a: false,
-            rtt_client_us: 1234,
-            rtt_server_us: 20_500,
-            retransmits: [2, 0],
-            out_of_order: [0, 1],
             mac_a: [0x00, 0x1b, 0x21, 0x3c, 0x4d, 0x5e],
             mac_b: [0xf0, 0x9f, 0xc2, 0x11, 0x22, 0x33],
             tos: 0x28,
@@ -974,17 +975,27 @@ mod tests {
             pending_bytes: [5, 6],
             pending_pkts: [1, 2],
             hosts: [3, 4],
+            live: true,
+            has_ext: true,
+            last_was_retransmit: true,
+            ..Flow::default()
+        };
+        let ext = FlowExt {
+            rtt_client_us: 1234,
+            rtt_server_us: 20_500,
+            retransmits: [2, 0],
+            out_of_order: [0, 1],
+            // Per-packet state.
             syn_ns: 7,
             synack_ns: 8,
             seq: [SeqTrack {
                 next_seq: 99,
                 advanced_at: 5,
             }; 2],
-            live: true,
-            last_was_retransmit: true,
-            ..Flow::default()
+            ..FlowExt::default()
         };
         FlowRecord {
+            ext,
             flow,
             reason: EndReason::TcpEnd,
             meta: None,
@@ -1025,8 +1036,8 @@ mod tests {
     fn collected() -> FlowRecord {
         let mut r = tcp_v4();
         r.flow.exporter = 1;
-        r.flow.in_if = 3;
-        r.flow.out_if = 70_000;
+        r.ext.in_if = 3;
+        r.ext.out_if = 70_000;
         r.flow.sampling = 100;
         r.flow.tunnel = Tunnel::Vxlan;
         r.reason = EndReason::ActiveTimeout;
@@ -1160,6 +1171,7 @@ mod tests {
             empty_meta,
             FlowRecord {
                 flow: Flow::default(),
+                ext: FlowExt::default(),
                 reason: EndReason::IdleTimeout,
                 meta: None,
                 exporter: None,
@@ -1187,13 +1199,22 @@ mod tests {
             pending_bytes: new.pending_bytes,
             pending_pkts: new.pending_pkts,
             hosts: new.hosts,
-            syn_ns: new.syn_ns,
-            synack_ns: new.synack_ns,
-            seq: new.seq,
             live: false,
+            has_ext: false,
             last_was_retransmit: new.last_was_retransmit,
             exporter: new.exporter,
             ..*f
+        }
+    }
+
+    /// The same for the TCP and collector fields: all but the shard's own tracking.
+    fn ext_as_stored(x: &FlowExt) -> FlowExt {
+        let new = FlowExt::default();
+        FlowExt {
+            syn_ns: new.syn_ns,
+            synack_ns: new.synack_ns,
+            seq: new.seq,
+            ..*x
         }
     }
 
@@ -1227,6 +1248,7 @@ mod tests {
             format!("{:?}", as_stored(&original.flow)),
             format!("{:?}", decoded.flow)
         );
+        assert_eq!(ext_as_stored(&original.ext), decoded.ext);
         assert_eq!(original.reason, decoded.reason);
         assert_eq!(
             original.meta.as_deref().map(meta_as_stored),
@@ -1287,6 +1309,7 @@ mod tests {
                 format!("{:?}", as_stored(&r.flow)),
                 format!("{:?}", decoded.flow)
             );
+            assert_eq!(ext_as_stored(&r.ext), decoded.ext);
             // Version 1 kept empty sections; the record is exactly what was written (the AS
             // numbers came after it: the samples have them, version 1's bytes do not).
             let mut want = r.meta.clone();

@@ -474,8 +474,8 @@ fn flow_values(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>) -> Vec<Option<Cql
         Some(CqlValue::Text(l7_name)),
         text(l7_cat),
         exporter_ip(r).map(CqlValue::Inet),
-        big(f.in_if.into()),
-        big(f.out_if.into()),
+        big(r.ext.in_if.into()),
+        big(r.ext.out_if.into()),
         big(f.sampling.into()),
         Some(CqlValue::Map(meta)),
         big(places.src_as.into()),
@@ -740,7 +740,7 @@ impl CassandraSink {
             add(EXPORTERS, vec![KeyValue::Inet(e)], total);
             add(
                 INTERFACES,
-                vec![KeyValue::Inet(e), KeyValue::BigInt(f.in_if.into())],
+                vec![KeyValue::Inet(e), KeyValue::BigInt(r.ext.in_if.into())],
                 total,
             );
         }
@@ -1079,6 +1079,7 @@ mod tests {
         assert!(migrations("ks", SCHEMA_VERSION).is_empty());
         let mut r = FlowRecord {
             flow: sonde_flow::Flow::default(),
+            ext: Default::default(),
             reason: sonde_flow::EndReason::IdleTimeout,
             meta: Some(Box::new(sonde_dpi::Meta {
                 dst_as: 64500,

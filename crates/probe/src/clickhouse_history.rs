@@ -507,6 +507,7 @@ fn record_of(r: &[Value]) -> Result<FlowRecord, String> {
     };
     let v = n("ip_version")? as u8;
     let mut f = Flow::default();
+    let mut x = sonde_flow::FlowExt::default();
     f.key.ip_version = v;
     f.key.addr_a = unmap(&hex16(r, col("src_addr"))?, v);
     f.key.addr_b = unmap(&hex16(r, col("dst_addr"))?, v);
@@ -523,19 +524,19 @@ fn record_of(r: &[Value]) -> Result<FlowRecord, String> {
     f.tcp_flags = [n("client_tcp_flags")? as u8, n("server_tcp_flags")? as u8];
     f.tos = n("tos")? as u8;
     f.icmp_type_code = n("icmp_type")? as u16;
-    f.in_if = n("in_if")? as u32;
-    f.out_if = n("out_if")? as u32;
+    x.in_if = n("in_if")? as u32;
+    x.out_if = n("out_if")? as u32;
     f.sampling = n("sampling")? as u32;
-    f.retransmits = [
+    x.retransmits = [
         n("retransmitted_in_packets")? as u32,
         n("retransmitted_out_packets")? as u32,
     ];
-    f.out_of_order = [
+    x.out_of_order = [
         n("ooorder_in_packets")? as u32,
         n("ooorder_out_packets")? as u32,
     ];
-    f.rtt_client_us = n("client_latency_us")? as u32;
-    f.rtt_server_us = n("server_latency_us")? as u32;
+    x.rtt_client_us = n("client_latency_us")? as u32;
+    x.rtt_server_us = n("server_latency_us")? as u32;
     let mac = |name: &str| -> Result<[u8; 6], String> {
         bytes(name)?
             .try_into()
@@ -586,6 +587,7 @@ fn record_of(r: &[Value]) -> Result<FlowRecord, String> {
     };
     Ok(FlowRecord {
         flow: f,
+        ext: x,
         reason,
         meta,
         exporter,
@@ -701,6 +703,7 @@ mod tests {
     fn a_row_reads_back_as_the_record_it_was_written_from() {
         // Through row_binary's order: every column, FixedStrings in hex as the query asks.
         let mut f = Flow::default();
+        let mut x = sonde_flow::FlowExt::default();
         f.key.ip_version = 4;
         f.key.addr_a[..4].copy_from_slice(&[192, 0, 2, 1]);
         f.key.addr_b[..4].copy_from_slice(&[198, 51, 100, 7]);
@@ -711,8 +714,8 @@ mod tests {
         f.record_start_ns = f.first_ns;
         f.pkts = [3, 5];
         f.bytes = [300, 5000];
-        f.retransmits = [1, 2];
-        f.rtt_client_us = 1500;
+        x.retransmits = [1, 2];
+        x.rtt_client_us = 1500;
         f.mac_b = [2, 0, 0, 0, 0, 9];
         f.tunnel = Tunnel::Vxlan;
         f.dpi_done = true;
@@ -726,6 +729,7 @@ mod tests {
         sonde_dpi::meta::set_text(&mut m, "TLS_SERVER_NAME", "example.org");
         let r = FlowRecord {
             flow: f,
+            ext: x,
             reason: EndReason::TcpEnd,
             meta: Some(Box::new(m)),
             exporter: Some(("10.9.8.7:0".parse().unwrap(), 0)),

@@ -713,7 +713,7 @@ pub fn row_binary(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>, out: &mut Vec<
         None => [0; 16],
     };
     out.extend_from_slice(&exporter);
-    for n in [f.in_if, f.out_if, f.sampling] {
+    for n in [r.ext.in_if, r.ext.out_if, f.sampling] {
         out.extend_from_slice(&n.to_le_bytes());
     }
     // Metadata: the keys, then the values (numbers in decimal, lists comma-joined).
@@ -731,12 +731,12 @@ pub fn row_binary(r: &FlowRecord, geo: Option<&sonde_geo::GeoDb>, out: &mut Vec<
         put_str(out, v);
     }
     for n in [
-        f.retransmits[c],
-        f.retransmits[s],
-        f.out_of_order[c],
-        f.out_of_order[s],
-        f.rtt_client_us,
-        f.rtt_server_us,
+        r.ext.retransmits[c],
+        r.ext.retransmits[s],
+        r.ext.out_of_order[c],
+        r.ext.out_of_order[s],
+        r.ext.rtt_client_us,
+        r.ext.rtt_server_us,
     ] {
         out.extend_from_slice(&n.to_le_bytes());
     }

@@ -509,6 +509,7 @@ mod tests {
         flow.last_ns = flow.first_ns + 1_000_000;
         FlowRecord {
             flow,
+            ext: Default::default(),
             reason: sonde_flow::EndReason::IdleTimeout,
             meta: None,
             exporter: None,

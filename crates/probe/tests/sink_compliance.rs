@@ -46,6 +46,7 @@ fn record(id: u16) -> FlowRecord {
     flow.last_ns = flow.first_ns + 1_000_000;
     FlowRecord {
         flow,
+        ext: Default::default(),
         reason: EndReason::IdleTimeout,
         meta: None,
         exporter: None,

@@ -108,6 +108,9 @@ impl Engine {
             self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
             return;
         };
+        let x = self.claim_ext(slot);
+        x.in_if = c.in_if;
+        x.out_if = c.out_if;
         let f = &mut self.flows[slot as usize];
         f.add_counts(dir, c.packets, c.bytes, first, last);
         if c.rev_packets > 0 || c.rev_bytes > 0 {
@@ -116,8 +119,6 @@ impl Engine {
         f.tcp_flags[dir] |= c.tcp_flags;
         f.tcp_flags[1 - dir] |= c.rev_tcp_flags;
         f.exporter = exporter;
-        f.in_if = c.in_if;
-        f.out_if = c.out_if;
         f.sampling = c.sampling.max(1);
         if self.analytics.is_some() {
             self.analyze_record(slot, dir, c);
@@ -182,12 +183,13 @@ impl Engine {
             self.stats.dropped[DropReason::FlowTableFull as usize] += 1;
             return;
         };
+        let x = self.claim_ext(slot);
+        x.in_if = s.in_if;
+        x.out_if = s.out_if;
         let f = &mut self.flows[slot as usize];
         f.add_counts(dir, rate, d.ip_len as u64 * rate, now_ns, now_ns);
         f.tcp_flags[dir] |= d.tcp_flags;
         f.exporter = exporter;
-        f.in_if = s.in_if;
-        f.out_if = s.out_if;
         f.sampling = rate as u32;
         if s.src_as != 0 || s.dst_as != 0 {
             self.keep_as_numbers(slot, dir, s.src_as, s.dst_as);

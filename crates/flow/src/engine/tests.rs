@@ -100,6 +100,81 @@ fn idle_timeout_expires_and_new_flow_starts() {
     assert_eq!((st.flows_created, st.active_flows), (2, 1));
 }
 
+/// An Ethernet/IPv4/TCP frame from 10.0.x.y to 10.1.x.y (no options) with 10 bytes of data,
+/// or none for a SYN.
+fn tcp_frame(src: u16, dst: u16, sport: u16, dport: u16, flags: u8, seq: u32) -> Vec<u8> {
+    let data = if flags & sonde_wire::tcpflags::SYN != 0 {
+        0
+    } else {
+        10
+    };
+    let mut f = frame(src, dst, sport, dport, 12 + data);
+    f[23] = 6; // protocol
+    let tcp = &mut f[34..];
+    tcp[4..8].copy_from_slice(&seq.to_be_bytes());
+    tcp[8..12].copy_from_slice(&[0; 4]);
+    tcp[12] = 5 << 4; // data offset: 20 bytes
+    tcp[13] = flags;
+    tcp[14..16].copy_from_slice(&1024u16.to_be_bytes());
+    tcp[16..20].copy_from_slice(&[0; 4]);
+    f
+}
+
+#[test]
+fn udp_flows_take_no_tcp_state_and_a_reused_slot_starts_clean() {
+    use sonde_wire::tcpflags::{ACK, SYN};
+    let cfg = EngineConfig {
+        idle_timeout_ns: 5 * S,
+        ..EngineConfig::default()
+    };
+    let mut e = Engine::new(cfg);
+    let udp: Vec<_> = (0..100)
+        .map(|i| (i, frame(1, 2, 1000 + i as u16, 53, 0)))
+        .collect();
+    run(&mut e, &udp);
+    assert_eq!(e.exts.len(), 0, "UDP flows touch no FlowExt");
+    // A TCP flow with a handshake seen and one segment sent twice.
+    run(
+        &mut e,
+        &[
+            (S, tcp_frame(3, 4, 40000, 80, SYN, 100)),
+            (S + 1000, tcp_frame(3, 4, 40000, 80, ACK, 101)),
+            (S + 2000, tcp_frame(3, 4, 40000, 80, ACK, 101)),
+            (S + 60_000_000, tcp_frame(3, 4, 40000, 80, ACK, 101)),
+        ],
+    );
+    assert!(!e.exts.is_empty());
+    // Everything above ends idle; a new TCP flow without a handshake takes a freed slot.
+    run(&mut e, &[(20 * S, tcp_frame(5, 6, 40001, 443, ACK, 7))]);
+    run(
+        &mut e,
+        &[(20 * S + 1, tcp_frame(5, 6, 40001, 443, ACK, 17))],
+    );
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    let tcp: Vec<_> = out.iter().filter(|r| r.flow.key.proto == 6).collect();
+    assert_eq!(tcp.len(), 2);
+    let (old, new) = (tcp[0], tcp[1]);
+    assert_eq!(old.flow.key.port_b, 80);
+    assert!(
+        old.ext.retransmits.iter().sum::<u32>() >= 1,
+        "{:?}",
+        old.ext
+    );
+    assert_eq!(new.flow.key.port_b, 443);
+    assert_eq!(
+        new.ext.retransmits,
+        [0, 0],
+        "nothing of the old flow's tracking"
+    );
+    assert_eq!((new.ext.rtt_client_us, new.ext.rtt_server_us), (0, 0));
+    assert!(out
+        .iter()
+        .filter(|r| r.flow.key.proto == 17)
+        .all(|r| r.ext == FlowExt::default()));
+}
+
 #[test]
 fn active_timeout_splits_records_without_losing_packets() {
     let cfg = EngineConfig {
@@ -290,7 +365,7 @@ fn collected_records_merge_into_flows_and_hosts() {
     let c = r.flow.client_dir();
     assert_eq!((r.flow.pkts[c], r.flow.bytes[c]), (10, 5000));
     assert_eq!((r.flow.pkts[1 - c], r.flow.bytes[1 - c]), (8, 9000));
-    assert_eq!((r.flow.in_if, r.flow.out_if, r.flow.sampling), (3, 4, 1));
+    assert_eq!((r.ext.in_if, r.ext.out_if, r.flow.sampling), (3, 4, 1));
     assert_eq!(r.exporter, Some((exporter, 7)));
     assert_eq!(r.flow.l7.name(), "TLS.Google");
     assert_eq!(r.flow.first_ns, 1_700_000_000 * S);

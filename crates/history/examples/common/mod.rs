@@ -24,6 +24,7 @@ pub fn record(i: u32, per_second: u32, clients: u32, servers: u32) -> FlowRecord
     };
     FlowRecord {
         flow,
+        ext: Default::default(),
         reason: EndReason::IdleTimeout,
         meta: None,
         exporter: None,

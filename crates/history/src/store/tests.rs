@@ -23,6 +23,7 @@ fn record(i: u32) -> FlowRecord {
     };
     FlowRecord {
         flow,
+        ext: Default::default(),
         reason: EndReason::IdleTimeout,
         meta: None,
         exporter: None,
