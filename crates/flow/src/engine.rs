@@ -287,6 +287,8 @@ struct BatchScratch {
     keys: [FlowKey; BATCH],
     dirs: [Dir; BATCH],
     tags: [u32; BATCH],
+    /// The packet starts a flow (no index entry has its tag): its hosts are looked up.
+    new: [bool; BATCH],
 }
 
 impl Engine {
@@ -322,6 +324,7 @@ impl Engine {
                 keys: [FlowKey::default(); BATCH],
                 dirs: [0; BATCH],
                 tags: [0; BATCH],
+                new: [false; BATCH],
             })),
             decoder: Decoder::default(),
             arena: None,
@@ -685,7 +688,12 @@ impl Engine {
         let n = pkts.len();
         // Scratch lives in the engine: no per-batch initialisation.
         let mut scratch = self.scratch.take().expect("scratch present");
-        let BatchScratch { keys, dirs, tags } = &mut *scratch;
+        let BatchScratch {
+            keys,
+            dirs,
+            tags,
+            new,
+        } = &mut *scratch;
         // Pass 1: canonical keys and hashes; prefetch index slots.
         for i in 0..n {
             let (k, d) = FlowKey::from_packet(&pkts[i]);
@@ -694,20 +702,31 @@ impl Engine {
             tags[i] = k.hash() as u32;
             self.index.prefetch(tags[i]);
         }
-        // Pass 2: prefetch the first candidate entry of each packet.
-        for (key, &tag) in keys[..n].iter().zip(&tags[..n]) {
-            if let Some(slot) = self.peek(tag) {
-                prefetch_read(&self.flows[slot as usize]);
-                if key.proto == sonde_wire::ipproto::TCP {
-                    // Its sequence tracking is in the FlowExt slab.
-                    if let Some(x) = self.exts.get(slot as usize) {
-                        prefetch_read(x);
+        // Pass 2: prefetch the first candidate entry of each packet; for a packet of a new
+        // flow (no entry has its tag), where its hosts are in the host index instead.
+        for ((key, &tag), new) in keys[..n].iter().zip(&tags[..n]).zip(&mut new[..n]) {
+            let slot = self.peek(tag);
+            *new = slot.is_none();
+            match slot {
+                Some(slot) => {
+                    prefetch_read(&self.flows[slot as usize]);
+                    if key.proto == sonde_wire::ipproto::TCP {
+                        // Its sequence tracking is in the FlowExt slab.
+                        if let Some(x) = self.exts.get(slot as usize) {
+                            prefetch_read(x);
+                        }
                     }
                 }
+                None => self.prefetch_hosts_of(key, false),
             }
         }
-        // Pass 3: find or create, then update.
+        // Pass 3: find or create, then update. A few packets ahead, a new flow's hosts: their
+        // index slots came in pass 2, so their entries can be fetched now.
+        const HOSTS_AHEAD: usize = 4;
         for i in 0..n {
+            if let Some(k) = keys.get(i + HOSTS_AHEAD).filter(|_| new[i + HOSTS_AHEAD]) {
+                self.prefetch_hosts_of(k, true);
+            }
             let slot = self.lookup_or_create(&keys[i], tags[i], dirs[i], &pkts[i], ts[i]);
             self.update(slot, dirs[i], &pkts[i], ts[i]);
             if self.analytics.is_some() {
@@ -753,6 +772,24 @@ impl Engine {
     /// unless [`Engine::record_verdicts`] was called).
     pub fn verdicts(&mut self) -> Option<&mut Vec<FlowVerdict>> {
         self.verdicts.as_mut()
+    }
+
+    /// Prefetches what looking up a new flow's two ends will read: their host-index slots,
+    /// or (`entries`, once those slots are in cache) the host entries they point at.
+    #[inline(always)]
+    fn prefetch_hosts_of(&self, key: &FlowKey, entries: bool) {
+        for addr in [key.addr_a, key.addr_b] {
+            let k = HostKey {
+                addr,
+                ip_version: key.ip_version,
+                vlan: key.vlan,
+            };
+            if entries {
+                self.hosts.prefetch_entry(&k);
+            } else {
+                self.hosts.prefetch_key(&k);
+            }
+        }
     }
 
     #[inline(always)]

@@ -150,6 +150,20 @@ impl HostTable {
         self.index.prefetch(key.hash32());
     }
 
+    /// Prefetches the entry the index's first slot with `key`'s tag points at (after
+    /// [`HostTable::prefetch_key`] brought that slot in): almost always the host itself.
+    #[inline(always)]
+    pub fn prefetch_entry(&self, key: &HostKey) {
+        let mut first = None;
+        let _ = self.index.find(key.hash32(), |s| {
+            first = Some(s);
+            true
+        });
+        if let Some(s) = first {
+            self.prefetch(s);
+        }
+    }
+
     #[inline(always)]
     pub fn prefetch(&self, slot: u32) {
         if (slot as usize) < self.hosts.len() {

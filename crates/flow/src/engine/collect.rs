@@ -51,15 +51,7 @@ impl Engine {
                 for (key, _, tag) in keys {
                     match self.peek(*tag) {
                         Some(slot) => crate::table::prefetch_read(&self.flows[slot as usize]),
-                        None => {
-                            for addr in [key.addr_a, key.addr_b] {
-                                self.hosts.prefetch_key(&crate::host::HostKey {
-                                    addr,
-                                    ip_version: key.ip_version,
-                                    vlan: key.vlan,
-                                });
-                            }
-                        }
+                        None => self.prefetch_hosts_of(key, false),
                     }
                 }
             }
