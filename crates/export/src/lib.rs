@@ -66,6 +66,7 @@ pub fn format_mac(out: &mut String, m: &[u8; 6]) {
 }
 
 /// Appends `n` in decimal.
+#[inline]
 fn push_number(out: &mut String, n: u64) {
     out.push_str(itoa::Buffer::new().format(n));
 }
@@ -126,208 +127,361 @@ impl<'a> View<'a> {
     }
 }
 
-/// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, cell)`;
-/// `None` marks a value that does not apply (IPv6 columns of an IPv4 flow).
-fn flow_fields(
-    r: &FlowRecord,
-    geo: Option<&GeoDb>,
-    mut field: impl FnMut(&str, Option<&str>, Cell),
-) {
+/// A field's name and, for the schema's own fields, its JSON key as written after another
+/// field, spelled out at compile time (`,"IN_PKTS":`; `,"L7_PROTO_NAME":"` for a string): the
+/// JSON writer copies one constant instead of building each key from pieces.
+#[derive(Clone, Copy)]
+struct Key {
+    name: &'static str,
+    /// `,"NAME":`, or "" for a name only known at run time (metadata fields).
+    json: &'static str,
+    /// `,"NAME":"`, or "".
+    json_str: &'static str,
+}
+
+macro_rules! key {
+    ($name:literal) => {
+        Key {
+            name: $name,
+            json: concat!(",\"", $name, "\":"),
+            json_str: concat!(",\"", $name, "\":\""),
+        }
+    };
+}
+
+impl Key {
+    fn named(name: &'static str) -> Key {
+        Key {
+            name,
+            json: "",
+            json_str: "",
+        }
+    }
+}
+
+/// Where a record's fields go, in [`FLOW_COLUMNS`] order: [`JsonFields`] writes them straight
+/// into a JSON line, [`Callback`] hands each to a closure as text (CSV, tests).
+trait Fields {
+    /// A value `fmt` appends to the buffer it is given.
+    fn formatted(&mut self, key: Key, cell: Cell, fmt: impl FnOnce(&mut String));
+    /// A field a producer sent that sonde did not interpret: name and value are escaped.
+    fn foreign(&mut self, name: &str, value: &str);
+
+    fn value(&mut self, key: Key, cell: Cell, v: &str) {
+        self.formatted(key, cell, |b| b.push_str(v));
+    }
+
+    #[inline(always)]
+    fn number(&mut self, key: Key, n: u64) {
+        self.formatted(key, Cell::Number, |b| push_number(b, n));
+    }
+}
+
+/// Writes fields into a JSON object under construction: each key is its [`Key::json`]
+/// constant, each value formatted in place (only strings that may need an escape go through
+/// a scratch buffer).
+struct JsonFields<'a> {
+    line: &'a mut String,
+    scratch: &'a mut String,
+}
+
+impl JsonFields<'_> {
+    #[inline(always)]
+    fn open(&mut self, key: Key, quoted: bool) {
+        let constant = if quoted { key.json_str } else { key.json };
+        if !constant.is_empty() {
+            self.line.push_str(constant);
+        } else {
+            self.line.push_str(",\"");
+            self.line.push_str(key.name);
+            self.line.push_str(if quoted { "\":\"" } else { "\":" });
+        }
+    }
+}
+
+impl Fields for JsonFields<'_> {
+    #[inline(always)]
+    fn formatted(&mut self, key: Key, cell: Cell, fmt: impl FnOnce(&mut String)) {
+        match cell {
+            Cell::Number => {
+                self.open(key, false);
+                fmt(self.line);
+            }
+            Cell::Plain => {
+                self.open(key, true);
+                fmt(self.line);
+                self.line.push('"');
+            }
+            Cell::Text | Cell::Foreign => {
+                self.scratch.clear();
+                fmt(self.scratch);
+                self.open(key, true);
+                push_json_str(self.line, self.scratch);
+                self.line.push('"');
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn value(&mut self, key: Key, cell: Cell, v: &str) {
+        match cell {
+            Cell::Number => {
+                self.open(key, false);
+                self.line.push_str(v);
+            }
+            Cell::Plain => {
+                self.open(key, true);
+                self.line.push_str(v);
+                self.line.push('"');
+            }
+            Cell::Text | Cell::Foreign => {
+                self.open(key, true);
+                push_json_str(self.line, v);
+                self.line.push('"');
+            }
+        }
+    }
+
+    fn foreign(&mut self, name: &str, value: &str) {
+        self.line.push_str(",\"");
+        push_json_str(self.line, name);
+        self.line.push_str("\":\"");
+        push_json_str(self.line, value);
+        self.line.push('"');
+    }
+}
+
+/// Hands each field to a closure as `(name, value, cell)`, the value formatted into a reused
+/// buffer.
+struct Callback<F> {
+    buf: String,
+    field: F,
+}
+
+impl<F: FnMut(&str, Option<&str>, Cell)> Fields for Callback<F> {
+    fn formatted(&mut self, key: Key, cell: Cell, fmt: impl FnOnce(&mut String)) {
+        self.buf.clear();
+        fmt(&mut self.buf);
+        (self.field)(key.name, Some(&self.buf), cell);
+    }
+
+    fn value(&mut self, key: Key, cell: Cell, v: &str) {
+        (self.field)(key.name, Some(v), cell);
+    }
+
+    fn foreign(&mut self, name: &str, value: &str) {
+        (self.field)(name, Some(value), Cell::Foreign);
+    }
+}
+
+/// Passes fields on, noting their names (to leave out a producer's fields of the same name).
+struct Noting<'a, S> {
+    inner: &'a mut S,
+    names: Vec<&'static str>,
+}
+
+impl<S: Fields> Fields for Noting<'_, S> {
+    fn formatted(&mut self, key: Key, cell: Cell, fmt: impl FnOnce(&mut String)) {
+        self.names.push(key.name);
+        self.inner.formatted(key, cell, fmt);
+    }
+
+    fn foreign(&mut self, name: &str, value: &str) {
+        self.inner.foreign(name, value);
+    }
+}
+
+/// Appends one value per column of [`FLOW_COLUMNS`] via `field(name, value, cell)` (the
+/// columns that do not apply, such as IPv6 addresses of an IPv4 flow, are left out).
+fn flow_fields(r: &FlowRecord, geo: Option<&GeoDb>, field: impl FnMut(&str, Option<&str>, Cell)) {
+    record_fields(
+        r,
+        geo,
+        &mut Callback {
+            buf: String::with_capacity(48),
+            field,
+        },
+    );
+}
+
+/// A record's fields, sonde's own and then a producer's others, into `out`.
+#[inline(always)]
+fn record_fields(r: &FlowRecord, geo: Option<&GeoDb>, out: &mut impl Fields) {
     match r.meta.as_deref() {
         Some(m) if !m.extra.is_empty() => {
             // A collected flow with fields sonde did not interpret: they follow, except the
             // names the record already has (a producer's SERVER_NAME, say, when sonde has one).
-            let mut seen: Vec<&str> = Vec::new();
-            own_fields(r, geo, |n, v, s| {
-                seen.push(n);
-                field(n, v, s)
-            });
+            let mut noting = Noting {
+                inner: out,
+                names: Vec::new(),
+            };
+            own_fields(r, geo, &mut noting);
+            let seen = noting.names;
             for (k, v) in &m.extra {
                 if !seen.iter().any(|n| n == k) {
-                    field(k, Some(v), Cell::Foreign);
+                    out.foreign(k, v);
                 }
             }
         }
-        _ => own_fields(r, geo, field),
+        _ => own_fields(r, geo, out),
     }
 }
 
 /// The fields sonde itself knows for a record (their names are the schema's: no escaping).
-fn own_fields(
-    r: &FlowRecord,
-    geo: Option<&GeoDb>,
-    mut field: impl FnMut(&'static str, Option<&str>, Cell),
-) {
+#[inline(always)]
+fn own_fields(r: &FlowRecord, geo: Option<&GeoDb>, out: &mut impl Fields) {
     let f = &r.flow;
+    let x = &r.ext;
     let v = View::of(f);
-    let s = v.s();
-    let mut buf = String::with_capacity(48);
-    let mut put = |name: &'static str, buf: &mut String, cell: Cell| {
-        field(name, Some(buf.as_str()), cell);
-        buf.clear();
-    };
-    let v4 = f.key.ip_version == 4;
-    for (name4, name6, addr) in [
-        ("IPV4_SRC_ADDR", "IPV6_SRC_ADDR", v.client_addr()),
-        ("IPV4_DST_ADDR", "IPV6_DST_ADDR", v.server_addr()),
-    ] {
-        format_addr(&mut buf, addr, f.key.ip_version);
-        if v4 {
-            put(name4, &mut buf, Cell::Plain);
-        } else {
-            put(name6, &mut buf, Cell::Plain);
-        }
+    let (c, s) = (v.c, v.s());
+    let ip_version = f.key.ip_version;
+    let (src, dst) = (v.client_addr(), v.server_addr());
+    if ip_version == 4 {
+        out.formatted(key!("IPV4_SRC_ADDR"), Cell::Plain, |b| {
+            format_addr(b, src, 4)
+        });
+        out.formatted(key!("IPV4_DST_ADDR"), Cell::Plain, |b| {
+            format_addr(b, dst, 4)
+        });
+    } else {
+        out.formatted(key!("IPV6_SRC_ADDR"), Cell::Plain, |b| {
+            format_addr(b, src, 6)
+        });
+        out.formatted(key!("IPV6_DST_ADDR"), Cell::Plain, |b| {
+            format_addr(b, dst, 6)
+        });
     }
     let (sport, dport) = v.ports();
     let ms = |ns: u64| ns / 1_000_000;
-    let nums: [(&str, u64); 21] = [
-        ("L4_SRC_PORT", sport as u64),
-        ("L4_DST_PORT", dport as u64),
-        ("PROTOCOL", f.key.proto as u64),
-        ("IP_PROTOCOL_VERSION", f.key.ip_version as u64),
-        ("VLAN_ID", f.key.vlan as u64),
-        ("IN_PKTS", f.pkts[v.c]),
-        ("IN_BYTES", f.bytes[v.c]),
-        ("OUT_PKTS", f.pkts[s]),
-        ("OUT_BYTES", f.bytes[s]),
-        ("FIRST_SWITCHED", f.first_ns / 1_000_000_000),
-        ("LAST_SWITCHED", f.last_ns / 1_000_000_000),
-        ("FLOW_START_MILLISECONDS", ms(f.first_ns)),
-        ("FLOW_END_MILLISECONDS", ms(f.last_ns)),
-        ("TCP_FLAGS", (f.tcp_flags[0] | f.tcp_flags[1]) as u64),
-        ("CLIENT_TCP_FLAGS", f.tcp_flags[v.c] as u64),
-        ("SERVER_TCP_FLAGS", f.tcp_flags[s] as u64),
-        ("RETRANSMITTED_IN_PKTS", r.ext.retransmits[v.c] as u64),
-        ("RETRANSMITTED_OUT_PKTS", r.ext.retransmits[s] as u64),
-        ("OOORDER_IN_PKTS", r.ext.out_of_order[v.c] as u64),
-        ("OOORDER_OUT_PKTS", r.ext.out_of_order[s] as u64),
-        ("SRC_TOS", f.tos as u64),
-    ];
-    for (name, n) in nums {
-        push_number(&mut buf, n);
-        put(name, &mut buf, Cell::Number);
-        if name == "OOORDER_OUT_PKTS" {
-            push_millis(&mut buf, r.ext.rtt_client_us);
-            put("CLIENT_NW_LATENCY_MS", &mut buf, Cell::Number);
-            push_millis(&mut buf, r.ext.rtt_server_us);
-            put("SERVER_NW_LATENCY_MS", &mut buf, Cell::Number);
-        }
-    }
-    push_number(&mut buf, f.icmp_type_code as u64);
-    put("ICMP_TYPE", &mut buf, Cell::Number);
+    out.number(key!("L4_SRC_PORT"), sport as u64);
+    out.number(key!("L4_DST_PORT"), dport as u64);
+    out.number(key!("PROTOCOL"), f.key.proto as u64);
+    out.number(key!("IP_PROTOCOL_VERSION"), ip_version as u64);
+    out.number(key!("VLAN_ID"), f.key.vlan as u64);
+    out.number(key!("IN_PKTS"), f.pkts[c]);
+    out.number(key!("IN_BYTES"), f.bytes[c]);
+    out.number(key!("OUT_PKTS"), f.pkts[s]);
+    out.number(key!("OUT_BYTES"), f.bytes[s]);
+    out.number(key!("FIRST_SWITCHED"), f.first_ns / 1_000_000_000);
+    out.number(key!("LAST_SWITCHED"), f.last_ns / 1_000_000_000);
+    out.number(key!("FLOW_START_MILLISECONDS"), ms(f.first_ns));
+    out.number(key!("FLOW_END_MILLISECONDS"), ms(f.last_ns));
+    out.number(key!("TCP_FLAGS"), (f.tcp_flags[0] | f.tcp_flags[1]) as u64);
+    out.number(key!("CLIENT_TCP_FLAGS"), f.tcp_flags[c] as u64);
+    out.number(key!("SERVER_TCP_FLAGS"), f.tcp_flags[s] as u64);
+    out.number(key!("RETRANSMITTED_IN_PKTS"), x.retransmits[c] as u64);
+    out.number(key!("RETRANSMITTED_OUT_PKTS"), x.retransmits[s] as u64);
+    out.number(key!("OOORDER_IN_PKTS"), x.out_of_order[c] as u64);
+    out.number(key!("OOORDER_OUT_PKTS"), x.out_of_order[s] as u64);
+    out.formatted(key!("CLIENT_NW_LATENCY_MS"), Cell::Number, |b| {
+        push_millis(b, x.rtt_client_us)
+    });
+    out.formatted(key!("SERVER_NW_LATENCY_MS"), Cell::Number, |b| {
+        push_millis(b, x.rtt_server_us)
+    });
+    out.number(key!("SRC_TOS"), f.tos as u64);
+    out.number(key!("ICMP_TYPE"), f.icmp_type_code as u64);
     let (cm, sm) = v.macs();
-    format_mac(&mut buf, &cm);
-    put("IN_SRC_MAC", &mut buf, Cell::Plain);
-    format_mac(&mut buf, &sm);
-    put("IN_DST_MAC", &mut buf, Cell::Plain);
-    buf.push_str(f.tunnel.name());
-    put("TUNNEL", &mut buf, Cell::Plain);
-    push_number(&mut buf, f.fragments as u64);
-    put("FRAGMENTS", &mut buf, Cell::Number);
-    buf.push_str(r.reason.name());
-    put("FLOW_END_REASON", &mut buf, Cell::Plain);
+    out.formatted(key!("IN_SRC_MAC"), Cell::Plain, |b| format_mac(b, &cm));
+    out.formatted(key!("IN_DST_MAC"), Cell::Plain, |b| format_mac(b, &sm));
+    out.value(key!("TUNNEL"), Cell::Plain, f.tunnel.name());
+    out.number(key!("FRAGMENTS"), f.fragments as u64);
+    out.value(key!("FLOW_END_REASON"), Cell::Plain, r.reason.name());
     if f.classified() {
         // With --local-networks only.
-        buf.push_str(f.direction().name());
-        put("FLOW_DIRECTION", &mut buf, Cell::Plain);
+        out.value(key!("FLOW_DIRECTION"), Cell::Plain, f.direction().name());
     }
     if let Some(g) = geo {
-        // With --geoip-dir only. AS 0 is "not known", as nProbe writes it; a country is
-        // written only when known.
-        let (a, b) = (
-            ip_addr(v.client_addr(), f.key.ip_version),
-            ip_addr(v.server_addr(), f.key.ip_version),
-        );
-        let (ga, gb) = (g.lookup(a), g.lookup(b));
-        // An exporter's AS numbers (in the metadata, written with it) win: a router knows
-        // its BGP table.
-        let (src_as, dst_as) = r.meta.as_deref().map_or((0, 0), |m| (m.src_as, m.dst_as));
-        if g.has_asns() {
-            for (name, n, given) in [("SRC_AS", ga.asn, src_as), ("DST_AS", gb.asn, dst_as)] {
-                if given == 0 {
-                    push_number(&mut buf, n as u64);
-                    put(name, &mut buf, Cell::Number);
-                }
-            }
-        }
-        for (name, c) in [
-            ("SRC_IP_COUNTRY", ga.country),
-            ("DST_IP_COUNTRY", gb.country),
-        ] {
-            if let Some(c) = c {
-                buf.push_str(c.as_str());
-                put(name, &mut buf, Cell::Text);
-            }
-        }
-        if g.has_cities() {
-            for (name, ip) in [("SRC_IP_CITY", a), ("DST_IP_CITY", b)] {
-                if let Some(city) = g.city(ip) {
-                    buf.push_str(city);
-                    put(name, &mut buf, Cell::Text);
-                }
-            }
-        }
+        geo_fields(r, g, out);
     }
     if f.sampling > 0 {
         // A collected flow: where it came from.
         if let Some((addr, _)) = r.exporter {
-            let _ = write!(buf, "{}", addr.ip());
-            let name = if addr.is_ipv4() {
-                "EXPORTER_IPV4_ADDRESS"
+            let k = if addr.is_ipv4() {
+                key!("EXPORTER_IPV4_ADDRESS")
             } else {
-                "EXPORTER_IPV6_ADDRESS"
+                key!("EXPORTER_IPV6_ADDRESS")
             };
-            put(name, &mut buf, Cell::Plain);
+            out.formatted(k, Cell::Plain, |b| {
+                let _ = write!(b, "{}", addr.ip());
+            });
         }
-        for (name, n) in [
-            ("INPUT_SNMP", r.ext.in_if),
-            ("OUTPUT_SNMP", r.ext.out_if),
-            ("SAMPLING_INTERVAL", f.sampling),
-        ] {
-            push_number(&mut buf, n as u64);
-            put(name, &mut buf, Cell::Number);
-        }
+        out.number(key!("INPUT_SNMP"), x.in_if as u64);
+        out.number(key!("OUTPUT_SNMP"), x.out_if as u64);
+        out.number(key!("SAMPLING_INTERVAL"), f.sampling as u64);
     }
     if f.dpi_done {
         let l7 = &f.l7;
-        l7.push_number(&mut buf);
-        put("L7_PROTO", &mut buf, Cell::Plain);
+        out.formatted(key!("L7_PROTO"), Cell::Plain, |b| l7.push_number(b));
         // Names may come from libndpi, whose list a user can extend: escaped.
-        l7.push_name(&mut buf);
-        put("L7_PROTO_NAME", &mut buf, Cell::Text);
-        field("L7_CATEGORY", Some(l7.category.name()), Cell::Plain);
-        field("L7_CONFIDENCE", Some(l7.confidence.name()), Cell::Plain);
+        out.formatted(key!("L7_PROTO_NAME"), Cell::Text, |b| l7.push_name(b));
+        out.value(key!("L7_CATEGORY"), Cell::Plain, l7.category.name());
+        out.value(key!("L7_CONFIDENCE"), Cell::Plain, l7.confidence.name());
     }
     if let Some(m) = r.meta.as_deref() {
-        meta_fields(m, &mut field);
+        meta_fields(m, out);
+    }
+}
+
+/// With --geoip-dir: AS numbers (0 is "not known", as nProbe writes it), and countries and
+/// cities where known.
+fn geo_fields(r: &FlowRecord, g: &GeoDb, out: &mut impl Fields) {
+    let v = View::of(&r.flow);
+    let ip_version = r.flow.key.ip_version;
+    let (a, b) = (
+        ip_addr(v.client_addr(), ip_version),
+        ip_addr(v.server_addr(), ip_version),
+    );
+    let (ga, gb) = (g.lookup(a), g.lookup(b));
+    // An exporter's AS numbers (in the metadata, written with it) win: a router knows its BGP
+    // table.
+    let (src_as, dst_as) = r.meta.as_deref().map_or((0, 0), |m| (m.src_as, m.dst_as));
+    if g.has_asns() {
+        for (k, n, given) in [
+            (key!("SRC_AS"), ga.asn, src_as),
+            (key!("DST_AS"), gb.asn, dst_as),
+        ] {
+            if given == 0 {
+                out.number(k, n as u64);
+            }
+        }
+    }
+    for (k, c) in [
+        (key!("SRC_IP_COUNTRY"), ga.country),
+        (key!("DST_IP_COUNTRY"), gb.country),
+    ] {
+        if let Some(c) = c {
+            out.value(k, Cell::Text, c.as_str());
+        }
+    }
+    if g.has_cities() {
+        for (k, ip) in [(key!("SRC_IP_CITY"), a), (key!("DST_IP_CITY"), b)] {
+            if let Some(city) = g.city(ip) {
+                out.value(k, Cell::Text, city);
+            }
+        }
     }
 }
 
 /// What DPI learned (or a producer sent), every field of [`sonde_dpi::meta::FIELDS`] the
 /// flow has. Strings from the wire are passed as they are (capped, no control characters):
 /// the writers escape them.
-fn meta_fields(m: &sonde_dpi::Meta, field: &mut impl FnMut(&'static str, Option<&str>, Cell)) {
-    // A number's digits, or a list's items joined by commas.
-    let mut text = String::new();
+fn meta_fields(m: &sonde_dpi::Meta, out: &mut impl Fields) {
     for fld in sonde_dpi::meta::FIELDS {
+        let k = Key::named(fld.key);
         match (fld.get)(m) {
             None => {}
-            Some(Value::Text(s)) => field(fld.key, Some(s), Cell::Text),
-            Some(Value::Number(n)) => {
-                text.clear();
-                push_number(&mut text, n);
-                field(fld.key, Some(&text), Cell::Number)
-            }
-            Some(Value::List(items)) => {
-                text.clear();
+            Some(Value::Text(s)) => out.value(k, Cell::Text, s),
+            Some(Value::Number(n)) => out.number(k, n),
+            Some(Value::List(items)) => out.formatted(k, Cell::Text, |b| {
+                // The items joined by commas.
                 for (i, item) in items.iter().enumerate() {
                     if i > 0 {
-                        text.push(',');
+                        b.push(',');
                     }
-                    text.push_str(item);
+                    b.push_str(item);
                 }
-                field(fld.key, Some(&text), Cell::Text)
-            }
+            }),
         }
     }
 }
@@ -516,6 +670,8 @@ pub struct FlowWriter<W: Write> {
     header_done: bool,
     written: u64,
     geo: Option<Arc<GeoDb>>,
+    /// JSON: a value that may need an escape, formatted before it is escaped into `line`.
+    scratch: String,
     /// CSV: this record's cells, escaped, one after the other, and each column's range in it.
     csv_cells: String,
     csv_spans: Vec<(usize, usize)>,
@@ -530,6 +686,7 @@ impl<W: Write> FlowWriter<W> {
             header_done: false,
             written: 0,
             geo: None,
+            scratch: String::new(),
             csv_cells: String::new(),
             csv_spans: Vec::new(),
         }
@@ -545,33 +702,20 @@ impl<W: Write> FlowWriter<W> {
         self.line.clear();
         match self.format {
             Format::Json => {
-                self.line.push('{');
-                let line = &mut self.line;
-                flow_fields(r, self.geo.as_deref(), |name, value, cell| {
-                    if let Some(v) = value {
-                        if line.len() > 1 {
-                            line.push(',');
-                        }
-                        line.push('"');
-                        match cell {
-                            // A producer's unknown key came off the wire.
-                            Cell::Foreign => push_json_str(line, name),
-                            Cell::Text | Cell::Plain | Cell::Number => line.push_str(name),
-                        }
-                        line.push_str("\":");
-                        if cell == Cell::Number {
-                            line.push_str(v);
-                        } else {
-                            line.push('"');
-                            if cell == Cell::Plain {
-                                line.push_str(v);
-                            } else {
-                                push_json_str(line, v);
-                            }
-                            line.push('"');
-                        }
-                    }
-                });
+                let mut json = JsonFields {
+                    line: &mut self.line,
+                    scratch: &mut self.scratch,
+                };
+                record_fields(r, self.geo.as_deref(), &mut json);
+                // Every field was written after a comma: the first one's becomes the brace.
+                if self.line.is_empty() {
+                    self.line.push('{');
+                } else {
+                    debug_assert!(self.line.starts_with(','));
+                    // SAFETY: the first byte is the ASCII ',' every field starts with; an ASCII
+                    // byte in its place keeps the string UTF-8.
+                    unsafe { self.line.as_bytes_mut()[0] = b'{' };
+                }
                 self.line.push_str("}\n");
             }
             Format::Csv => {
@@ -812,6 +956,47 @@ mod tests {
                 "{} is in the schema but never written",
                 f.key
             );
+        }
+    }
+
+    /// The JSON writer (keys spelled out at compile time, values formatted in place) writes
+    /// what the field list says, in its order: each name once, each value as the list gives
+    /// it, numbers as numbers.
+    #[test]
+    fn json_lines_hold_the_field_list() {
+        let mut v6 = everything();
+        v6.flow.key.ip_version = 6;
+        v6.flow.key.addr_a = [0x20; 16];
+        let geo = Arc::new(test_geo());
+        for r in [record(), v6, everything(), hostile(), public()] {
+            let mut want: Vec<(String, serde_json::Value)> = Vec::new();
+            flow_fields(&r, Some(&geo), |name, value, cell| {
+                let v = value.unwrap();
+                let v = if cell == Cell::Number {
+                    serde_json::from_str(v).unwrap()
+                } else {
+                    serde_json::Value::String(v.to_string())
+                };
+                want.push((name.to_string(), v));
+            });
+            let mut w = FlowWriter::new(Vec::new(), Format::Json).with_geo(Some(geo.clone()));
+            w.write(&r).unwrap();
+            let line = String::from_utf8(w.into_inner()).unwrap();
+            assert!(line.starts_with('{') && line.ends_with("}\n"), "{line}");
+            let got: serde_json::Map<String, serde_json::Value> =
+                serde_json::from_str(&line).unwrap();
+            let got: Vec<(String, serde_json::Value)> = got.into_iter().collect();
+            assert_eq!(got.len(), want.len(), "a key written twice? {line}");
+            let mut sorted = want.clone();
+            sorted.sort_by(|a, b| a.0.cmp(&b.0));
+            assert_eq!(got, sorted);
+            // In the list's order too.
+            let at = |k: &str| {
+                let mut key = String::new();
+                push_json_str(&mut key, k);
+                line.find(&format!("\"{key}\":")).unwrap()
+            };
+            assert!(want.windows(2).all(|p| at(&p[0].0) < at(&p[1].0)), "{line}");
         }
     }
 
