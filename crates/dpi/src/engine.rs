@@ -170,8 +170,13 @@ impl Dpi {
             }
         } else {
             let mut undecided = false;
-            for (i, d) in DETECTORS.iter().enumerate() {
-                if f.excluded & (1 << i) != 0 || !d.accepts(pkt.l4) {
+            let (order, n) = match pkt.l4 {
+                L4::Tcp => &TCP_DETECTORS,
+                L4::Udp => &UDP_DETECTORS,
+            };
+            for &i in &order[..*n] {
+                let (i, d) = (i as usize, &DETECTORS[i as usize]);
+                if f.excluded & (1 << i) != 0 {
                     continue;
                 }
                 match (d.run)(&pkt, &mut f.flow) {
@@ -277,14 +282,23 @@ pub struct FlowCtx {
     pub ip_version: u8,
 }
 
-impl proto::Detector {
-    fn accepts(&self, l4: L4) -> bool {
-        match l4 {
-            L4::Tcp => self.tcp,
-            L4::Udp => self.udp,
+/// The indexes into [`DETECTORS`] of the detectors for one transport, in their order, and
+/// how many there are: a packet's loop visits only those.
+const fn detectors_for(tcp: bool) -> ([u8; DETECTORS.len()], usize) {
+    let mut order = [0u8; DETECTORS.len()];
+    let (mut i, mut n) = (0, 0);
+    while i < DETECTORS.len() {
+        if (tcp && DETECTORS[i].tcp) || (!tcp && DETECTORS[i].udp) {
+            order[n] = i as u8;
+            n += 1;
         }
+        i += 1;
     }
+    (order, n)
 }
+
+static TCP_DETECTORS: ([u8; DETECTORS.len()], usize) = detectors_for(true);
+static UDP_DETECTORS: ([u8; DETECTORS.len()], usize) = detectors_for(false);
 
 // `FlowDpi::excluded` is a u64 bit set.
 const _: () = assert!(DETECTORS.len() <= 64);

@@ -57,8 +57,16 @@ impl Services {
         s
     }
 
-    /// Adds the rules of `text` (named `source` in errors) to these.
+    /// Adds the rules of `text` (named `source` in errors) to these. On an error, the rules
+    /// before the bad line are kept.
     pub fn load(&mut self, source: &str, text: &str) -> Result<(), ServicesError> {
+        let loaded = self.load_rules(source, text);
+        self.v4.flatten();
+        self.v6.flatten();
+        loaded
+    }
+
+    fn load_rules(&mut self, source: &str, text: &str) -> Result<(), ServicesError> {
         for (i, raw) in text.lines().enumerate() {
             let err = |message: String| ServicesError {
                 source: source.to_string(),
@@ -172,13 +180,15 @@ impl Services {
 
 /// The blocks of one address family. Looked up once per flow, when its label is settled: a
 /// bitmap of first address bytes rejects most addresses at once; otherwise one binary search
-/// per prefix length, longest first.
+/// in the blocks flattened into disjoint ranges (the longest block wins where they nest).
 #[derive(Clone, Debug, Default)]
 struct Blocks {
-    /// (prefix length, sorted (masked address, application)).
+    /// The rules: (prefix length, sorted (masked address, application)).
     by_len: Vec<(u8, Vec<(u128, Proto)>)>,
     /// Bit b set when some block covers addresses whose first byte is b.
     first_bytes: [u64; 4],
+    /// `by_len` as sorted, disjoint (first, last, application) ranges ([`Blocks::flatten`]).
+    ranges: Vec<(u128, u128, Proto)>,
 }
 
 impl Blocks {
@@ -210,15 +220,63 @@ impl Blocks {
         }
     }
 
+    /// Rebuilds `ranges` from the rules: a sweep over the blocks in address order (a block
+    /// before the ones nested in it), with the blocks still open on a stack; each stretch of
+    /// addresses goes to the innermost open block.
+    fn flatten(&mut self) {
+        let mut blocks: Vec<(u128, u128, u8, Proto)> = self
+            .by_len
+            .iter()
+            .flat_map(|&(len, ref v)| {
+                v.iter()
+                    .map(move |&(a, p)| (a, a | !mask(u128::MAX, len), len, p))
+            })
+            .collect();
+        blocks.sort_unstable_by_key(|b| (b.0, b.2));
+        let mut ranges: Vec<(u128, u128, Proto)> = Vec::with_capacity(blocks.len());
+        let mut emit = |first: u128, last: u128, p: Proto| match ranges.last_mut() {
+            Some(r) if r.2 == p && r.1.checked_add(1) == Some(first) => r.1 = last,
+            _ => ranges.push((first, last, p)),
+        };
+        let mut open: Vec<(u128, Proto)> = Vec::new();
+        // The first address not yet given to a range (None: past the end of the space).
+        let mut next = Some(0u128);
+        for (first, last, _, p) in blocks {
+            while let Some(&(end, q)) = open.last() {
+                if end >= first {
+                    break;
+                }
+                if let Some(n) = next.filter(|&n| n <= end) {
+                    emit(n, end, q);
+                }
+                next = next.map(|n| n.max(end + 1));
+                open.pop();
+            }
+            if let (Some(&(_, q)), Some(n)) = (open.last(), next) {
+                if n < first {
+                    emit(n, first - 1, q);
+                }
+            }
+            next = Some(first);
+            open.push((last, p));
+        }
+        while let Some((end, q)) = open.pop() {
+            if let Some(n) = next.filter(|&n| n <= end) {
+                emit(n, end, q);
+                next = end.checked_add(1);
+            }
+        }
+        self.ranges = ranges;
+    }
+
     #[inline]
     fn find(&self, a: u128, first_byte: u8) -> Option<Proto> {
         if self.first_bytes[(first_byte / 64) as usize] & (1 << (first_byte % 64)) == 0 {
             return None;
         }
-        self.by_len.iter().find_map(|(len, v)| {
-            let m = mask(a, *len);
-            v.binary_search_by_key(&m, |e| e.0).ok().map(|j| v[j].1)
-        })
+        let i = self.ranges.partition_point(|r| r.0 <= a);
+        let (_, last, p) = *self.ranges.get(i.checked_sub(1)?)?;
+        (a <= last).then_some(p)
     }
 
     fn len(&self) -> usize {
@@ -302,6 +360,54 @@ mod tests {
         s.load("t", "ip 128.0.0.0/2 Dropbox\n").unwrap();
         assert_eq!(s.by_addr(&v4([191, 1, 1, 1]), 4), Some(Proto::DROPBOX));
         assert_eq!(s.by_addr(&v4([192, 1, 1, 1]), 4), None);
+    }
+
+    /// The flattened ranges give what the rules say: the longest block that holds the
+    /// address, checked one prefix length at a time (the lookup before the ranges).
+    #[test]
+    fn ranges_agree_with_the_longest_matching_block() {
+        let mut seed = 0x9e37_79b9_7f4a_7c15u64;
+        let mut rand = move || {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            seed
+        };
+        let apps = [
+            Proto::GOOGLE,
+            Proto::NETFLIX,
+            Proto::FACEBOOK,
+            Proto::DROPBOX,
+        ];
+        for round in 0..20 {
+            let mut b = Blocks::default();
+            // Nested and touching blocks in a small corner of the space, and the whole space.
+            for _ in 0..(5 + round * 10) {
+                let len = 96 + (rand() % 33) as u8;
+                let addr = (0xffff_u128 << 32) | (rand() as u32 & 0xff0f_0f00) as u128;
+                b.insert(addr, len, apps[(rand() % 4) as usize]);
+            }
+            if round % 5 == 0 {
+                b.insert(0, 0, Proto::YOUTUBE);
+            }
+            b.flatten();
+            let by_len = |a: u128| {
+                let mut lens: Vec<_> = b.by_len.iter().collect();
+                lens.sort_by_key(|l| std::cmp::Reverse(l.0));
+                lens.into_iter().find_map(|(len, v)| {
+                    let m = mask(a, *len);
+                    v.binary_search_by_key(&m, |e| e.0).ok().map(|j| v[j].1)
+                })
+            };
+            for _ in 0..2000 {
+                let a = (0xffff_u128 << 32) | (rand() as u32 & 0xff1f_1f3f) as u128;
+                assert_eq!(b.find(a, (a >> 24) as u8), by_len(a), "{a:x}");
+            }
+            assert!(
+                b.ranges.windows(2).all(|w| w[0].1 < w[1].0),
+                "disjoint, in order"
+            );
+        }
     }
 
     #[test]

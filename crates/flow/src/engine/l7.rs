@@ -63,15 +63,15 @@ impl Engine {
         match self.dpi_active.get_mut(i).and_then(Option::as_mut) {
             Some(st) => {
                 if dpi.inspect_packet(st, &pkt, ip, ts_ms) {
-                    let st = self.dpi_active[i].take().unwrap_or_default();
-                    self.dpi_settle(slot, *st);
+                    let mut st = self.dpi_active[i].take().unwrap_or_default();
+                    self.dpi_settle(slot, &mut st);
                 }
             }
             None => {
                 // Most flows are settled by their first payload packet: no allocation for them.
                 let mut st = FlowDpi::default();
                 if dpi.inspect_packet(&mut st, &pkt, ip, ts_ms) {
-                    self.dpi_settle(slot, st);
+                    self.dpi_settle(slot, &mut st);
                 } else {
                     if self.dpi_active.len() <= i {
                         self.dpi_active.resize_with(i + 1, || None);
@@ -84,7 +84,7 @@ impl Engine {
 
     /// Takes the flow off the DPI path: final label into the flow entry, metadata (if any) kept
     /// by slot until the flow is emitted.
-    fn dpi_settle(&mut self, slot: u32, mut st: FlowDpi) {
+    fn dpi_settle(&mut self, slot: u32, st: &mut FlowDpi) {
         let i = slot as usize;
         let Some(dpi) = &self.dpi else { return };
         let f = &mut self.flows[i];
@@ -109,7 +109,7 @@ impl Engine {
                     server_addr: sa,
                     ip_version: f.key.ip_version,
                 };
-                dpi.finish(&mut st, &ctx);
+                dpi.finish(st, &ctx);
                 f.l7 = st.l7;
             }
             other => {
@@ -145,13 +145,14 @@ impl Engine {
     /// metadata for the record.
     pub(super) fn dpi_end(&mut self, slot: u32) -> Option<Box<Meta>> {
         if self.dpi.is_some() && !self.flows[slot as usize].dpi_done {
-            let st = self
+            match self
                 .dpi_active
                 .get_mut(slot as usize)
                 .and_then(Option::take)
-                .map(|b| *b)
-                .unwrap_or_default();
-            self.dpi_settle(slot, st);
+            {
+                Some(mut st) => self.dpi_settle(slot, &mut st),
+                None => self.dpi_settle(slot, &mut FlowDpi::default()),
+            }
         }
         self.dpi_meta.get_mut(slot as usize).and_then(Option::take)
     }
