@@ -203,21 +203,21 @@ impl Fields for JsonFields<'_> {
     #[inline(always)]
     fn formatted(&mut self, key: Key, cell: Cell, fmt: impl FnOnce(&mut String)) {
         match cell {
-            Cell::Number => {
-                self.open(key, false);
+            Cell::Number | Cell::Plain => {
+                let quoted = cell == Cell::Plain;
+                self.open(key, quoted);
                 fmt(self.line);
-            }
-            Cell::Plain => {
-                self.open(key, true);
-                fmt(self.line);
-                self.line.push('"');
+                if quoted {
+                    self.line.push('"');
+                }
             }
             Cell::Text | Cell::Foreign => {
-                self.scratch.clear();
-                fmt(self.scratch);
-                self.open(key, true);
-                push_json_str(self.line, self.scratch);
-                self.line.push('"');
+                // Escaped from a buffer of its own: the escape scan reads it whole.
+                let mut text = std::mem::take(self.scratch);
+                text.clear();
+                fmt(&mut text);
+                self.value(key, cell, &text);
+                *self.scratch = text;
             }
         }
     }

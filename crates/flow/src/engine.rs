@@ -979,10 +979,12 @@ impl Engine {
         &mut self.exts[i]
     }
 
-    /// A copy of the flow's [`FlowExt`] (the default when it has none).
-    fn ext_of(&self, slot: usize) -> FlowExt {
-        if self.flows[slot].has_ext {
-            self.exts[slot]
+    /// A copy of the [`FlowExt`] at `slot` if the flow there has one ([`Flow::has_ext`]), else
+    /// the default (a stale entry is not the flow's). Takes the slab alone, so a caller may
+    /// hold the flow itself.
+    fn ext_of(exts: &[FlowExt], slot: usize, has_ext: bool) -> FlowExt {
+        if has_ext {
+            exts[slot]
         } else {
             FlowExt::default()
         }
@@ -1014,7 +1016,7 @@ impl Engine {
         let meta = self.dpi_end(slot);
         let record = FlowRecord {
             flow: self.flows[slot as usize],
-            ext: self.ext_of(slot as usize),
+            ext: Self::ext_of(&self.exts, slot as usize, self.flows[slot as usize].has_ext),
             reason,
             meta,
             exporter: self.exporter_of(slot),
@@ -1084,14 +1086,9 @@ impl Engine {
                 && f.pkts != [0, 0]
             {
                 // Emit what the flow did so far and keep tracking it with fresh counters.
-                let has_ext = f.has_ext;
                 self.expired.push(FlowRecord {
                     flow: *f,
-                    ext: if has_ext {
-                        self.exts[slot]
-                    } else {
-                        FlowExt::default()
-                    },
+                    ext: Self::ext_of(&self.exts, slot, f.has_ext),
                     reason: EndReason::ActiveTimeout,
                     // The metadata stays with the flow too, for its later records.
                     meta: self.dpi_meta.get(slot).cloned().flatten(),
@@ -1106,7 +1103,7 @@ impl Engine {
                 f.fragments = 0;
                 f.record_start_ns = now;
                 f.first_ns = now;
-                if has_ext {
+                if f.has_ext {
                     let x = &mut self.exts[slot];
                     x.retransmits = [0, 0];
                     x.out_of_order = [0, 0];

@@ -190,7 +190,7 @@ pub struct Flow {
     pub filter_mask: [u32; 2],
     /// Bytes of both directions in the current analytics interval (added at each flush).
     pub ivl_bytes: u64,
-    // --- the rest: TCP and metadata ---
+    // --- the rest: times, TCP state and flags, label (the TCP tracking is in FlowExt) ---
     pub first_ns: u64,
     /// Start of the current record (first packet, or the last active-timeout export).
     pub record_start_ns: u64,
