@@ -823,6 +823,15 @@ impl ShardAnalytics {
             + self.scans.log.capacity() * std::mem::size_of::<Target>()
     }
 
+    /// Frees the per-host counters once the last second and interval are closed and handed
+    /// over (end of input): nothing is pending in them. Filter-set totals stay.
+    pub fn release_host_counters(&mut self) {
+        if self.sec_dirty.is_empty() && self.pending_second.is_none() {
+            self.slots = Vec::new();
+            self.sec_dirty = Vec::new();
+        }
+    }
+
     #[inline(always)]
     fn slot(&mut self, slot: u32) -> &mut SlotStats {
         let i = slot as usize;

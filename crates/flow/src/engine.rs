@@ -260,6 +260,9 @@ pub struct Engine {
     /// With egress: what each accounted IP packet's flow looked like right after it
     /// ([`Engine::record_verdicts`]).
     verdicts: Option<Vec<FlowVerdict>>,
+    /// Table memory given back at the end of the input ([`Engine::release_flow_table`]),
+    /// still counted in [`ShardStats::table_memory`]: that figure is the run's.
+    released_table_bytes: usize,
 }
 
 /// A packet's flow as it stood right after the packet was accounted: what egress decides on
@@ -336,6 +339,7 @@ impl Engine {
             marks: [0; BATCH],
             wire_lens: [0; BATCH],
             verdicts: None,
+            released_table_bytes: 0,
             cfg: EngineConfig { max_flows, ..cfg },
         }
     }
@@ -1244,7 +1248,14 @@ impl Engine {
         let mut s = self.stats;
         s.active_flows = self.live_flows as u64;
         s.active_hosts = self.hosts.len() as u64;
-        s.table_memory = (self.index.memory_bytes()
+        s.table_memory = (self.table_bytes() + self.released_table_bytes) as u64;
+        s.last_packet_ns = self.now_ns;
+        s
+    }
+
+    /// Bytes the flow and host tables hold now.
+    fn table_bytes(&self) -> usize {
+        self.index.memory_bytes()
             // The slab's capacity is reserved up front but only the slots ever used are
             // touched (resident): count those.
             + self.flows.len() * std::mem::size_of::<Flow>()
@@ -1252,10 +1263,41 @@ impl Engine {
             + self.free.capacity() * 4
             + self.hosts.memory_bytes()
             + (self.dpi_active.capacity() + self.dpi_meta.capacity()) * 8
-            + self.analytics.as_deref().map_or(0, ShardAnalytics::memory_bytes))
-            as u64;
-        s.last_packet_ns = self.now_ns;
-        s
+            + self.analytics.as_deref().map_or(0, ShardAnalytics::memory_bytes)
+    }
+
+    /// The input is over and every flow was emitted: gives back the flow table's memory (slab,
+    /// index, DPI state), so that what the end of a run still does (the last second of series,
+    /// the hosts handed to the host cache) does not come on top of it. Does nothing while a
+    /// flow is live. Flows created after it start a table from nothing.
+    pub fn release_flow_table(&mut self) {
+        if self.live_flows != 0 {
+            return;
+        }
+        let before = self.table_bytes();
+        self.flows = Vec::new();
+        self.exts = Vec::new();
+        self.free = Vec::new();
+        self.index = Index::with_max_entries(self.cfg.max_flows);
+        self.dpi_active = Vec::new();
+        self.dpi_meta = Vec::new();
+        self.tick_rows = TickRows::default();
+        self.flush_cursor = 0;
+        self.released_table_bytes += before.saturating_sub(self.table_bytes());
+    }
+
+    /// After the last second and interval were closed and handed over: gives back the
+    /// per-host counters of the series and the analytics (the hosts stay, for the host cache
+    /// and the summary).
+    pub fn release_interval_counters(&mut self) {
+        let before = self.table_bytes();
+        if let Some(s) = self.series.as_deref_mut() {
+            s.release();
+        }
+        if let Some(a) = self.analytics.as_deref_mut() {
+            a.release_host_counters();
+        }
+        self.released_table_bytes += before.saturating_sub(self.table_bytes());
     }
 
     /// The live flows as rows for a reader (a snapshot), into `buf` (cleared first): a reader

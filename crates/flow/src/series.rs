@@ -100,6 +100,14 @@ fn app_key(f: &Flow) -> AppKey {
 }
 
 impl SeriesAcc {
+    /// Frees the per-host counters when no host has counts pending (the interval was closed).
+    pub(crate) fn release(&mut self) {
+        if self.dirty.is_empty() {
+            self.host = Vec::new();
+            self.dirty = Vec::new();
+        }
+    }
+
     fn host(&mut self, slot: u32) -> &mut IntervalCounts {
         let i = slot as usize;
         if i >= self.host.len() {

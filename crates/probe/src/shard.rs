@@ -459,6 +459,8 @@ impl ShardCtx {
             self.housekeeping();
         }
         self.housekeeping();
+        // Every flow is out: the flow table's memory is not needed for what is left.
+        self.engine.release_flow_table();
         self.engine.close_series();
         self.send_series(true);
         self.series = None;
@@ -468,6 +470,7 @@ impl ShardCtx {
         }
         self.send_analytics(true);
         self.analytics = None;
+        self.engine.release_interval_counters();
         self.settle_host_cache();
         let hosts = match self.host_output {
             HostOutput::Full => self.engine.hosts().iter().copied().collect(),

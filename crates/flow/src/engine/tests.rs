@@ -176,6 +176,40 @@ fn udp_flows_take_no_tcp_state_and_a_reused_slot_starts_clean() {
 }
 
 #[test]
+fn releasing_the_flow_table_waits_for_the_last_flow_and_keeps_the_runs_figures() {
+    let mut e = Engine::new(EngineConfig::default());
+    let frames: Vec<_> = (0..500)
+        .map(|i| (i, frame(1 + i as u16, 2, 1000, 53, 0)))
+        .collect();
+    run(&mut e, &frames);
+    // A flow is live: nothing is given back.
+    e.release_flow_table();
+    assert_eq!(e.flows.len(), 500);
+    e.flush_all(EndReason::EndOfCapture);
+    let mut out = Vec::new();
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 500);
+    let before = e.stats();
+    e.release_flow_table();
+    e.release_interval_counters();
+    assert_eq!(e.flows.capacity(), 0, "the slab is freed");
+    assert!(
+        e.index.memory_bytes() < 64 << 10,
+        "the index starts over small"
+    );
+    let after = e.stats();
+    assert_eq!(after.table_memory, before.table_memory, "the run's figure");
+    assert_eq!(after.active_hosts, 501);
+    assert_eq!(e.hosts().len(), 501, "the hosts stay for the hand-over");
+    // A packet after it (a shard that is not at its end) still makes a flow.
+    run(&mut e, &[(S, frame(7, 8, 1, 2, 0))]);
+    e.flush_all(EndReason::EndOfCapture);
+    e.take_expired(&mut out);
+    assert_eq!(out.len(), 501);
+    assert_eq!(out[500].flow.pkts, [1, 0]);
+}
+
+#[test]
 fn active_timeout_splits_records_without_losing_packets() {
     let cfg = EngineConfig {
         active_timeout_ns: 10 * S,
