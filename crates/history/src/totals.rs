@@ -162,11 +162,10 @@ pub fn write(segment: &Path, t: &SegmentTotals) -> Result<(), StoreError> {
         crc.update(bytes);
         out.write_all(bytes)
     };
-    let mut head = Vec::with_capacity(16);
-    head.extend_from_slice(MAGIC);
-    head.extend_from_slice(&VERSION.to_le_bytes());
-    head.extend_from_slice(&0u32.to_le_bytes()); // the CRC, written at the end
-    out.write_all(&head).map_err(io(&tmp))?;
+    // The header; its CRC (bytes 12..16) is written at the end.
+    for part in [&MAGIC[..], &VERSION.to_le_bytes(), &[0; 4]] {
+        out.write_all(part).map_err(io(&tmp))?;
+    }
     for v in [
         t.segment_len,
         t.records,
