@@ -28,6 +28,38 @@ pub struct Meta {
     pub dst_as: u32,
 }
 
+impl Meta {
+    /// Whether nothing was learnt (the same as `== Meta::default()`, without building one to
+    /// compare with: the engine asks once per flow).
+    pub fn is_empty(&self) -> bool {
+        // Every field named: a new one does not compile until it is checked here.
+        let Meta {
+            server_name,
+            http,
+            tls,
+            quic_version,
+            dns,
+            dhcp,
+            ssh,
+            banner,
+            extra,
+            src_as,
+            dst_as,
+        } = self;
+        server_name.is_none()
+            && http.is_none()
+            && tls.is_none()
+            && quic_version.is_none()
+            && dns.is_none()
+            && dhcp.is_none()
+            && ssh.is_none()
+            && banner.is_none()
+            && extra.is_empty()
+            && *src_as == 0
+            && *dst_as == 0
+    }
+}
+
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
 pub struct Http {
     pub method: Option<String>,
@@ -321,6 +353,30 @@ pub fn field_by_tag(tag: u8) -> Option<&'static Field> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_meta_is_empty_exactly_when_it_equals_the_default() {
+        let filled: Vec<fn(&mut Meta)> = vec![
+            |m| m.server_name = Some("a".into()),
+            |m| m.http = Some(Box::default()),
+            |m| m.tls = Some(Box::default()),
+            |m| m.quic_version = Some(1),
+            |m| m.dns = Some(Box::default()),
+            |m| m.dhcp = Some(Box::default()),
+            |m| m.ssh = Some(Box::default()),
+            |m| m.banner = Some(String::new()),
+            |m| m.extra.push(("k".into(), "v".into())),
+            |m| m.src_as = 1,
+            |m| m.dst_as = 1,
+        ];
+        assert!(Meta::default().is_empty());
+        for fill in filled {
+            let mut m = Meta::default();
+            fill(&mut m);
+            assert_ne!(m, Meta::default());
+            assert!(!m.is_empty(), "{m:?}");
+        }
+    }
 
     #[test]
     fn text_pairs_read_back_with_set_text() {

@@ -129,7 +129,7 @@ impl Engine {
                 }
             }
         }
-        if st.meta != Meta::default() {
+        if !st.meta.is_empty() {
             if self.dpi_meta.len() <= i {
                 self.dpi_meta.resize_with(i + 1, || None);
             }
