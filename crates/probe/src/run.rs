@@ -686,18 +686,31 @@ fn merge_hosts(parts: Vec<Vec<Host>>) -> Vec<Host> {
     map.into_values().collect()
 }
 
-fn open_output(path: &std::path::Path) -> Result<Box<dyn Write + Send>, ProbeError> {
+/// The buffer in front of a flows file, and how much text its sink formats before each
+/// write (the same: whole chunks pass the buffer by). Standard output's is smaller, so a
+/// reader of a live run's pipe gets records sooner.
+const FILE_CHUNK: usize = 1 << 20;
+const STDOUT_CHUNK: usize = 1 << 16;
+
+/// A flows output, and the chunk its sink should write in.
+fn open_output(path: &std::path::Path) -> Result<(Box<dyn Write + Send>, usize), ProbeError> {
     if path.as_os_str() == "-" {
-        return Ok(Box::new(std::io::BufWriter::with_capacity(
-            1 << 16,
-            std::io::stdout(),
-        )));
+        return Ok((
+            Box::new(std::io::BufWriter::with_capacity(
+                STDOUT_CHUNK,
+                std::io::stdout(),
+            )),
+            STDOUT_CHUNK,
+        ));
     }
     let f = std::fs::File::create(path).map_err(|e| ProbeError::Output {
         path: path.display().to_string(),
         source: e,
     })?;
-    Ok(Box::new(std::io::BufWriter::with_capacity(1 << 20, f)))
+    Ok((
+        Box::new(std::io::BufWriter::with_capacity(FILE_CHUNK, f)),
+        FILE_CHUNK,
+    ))
 }
 
 /// The combinations of inputs one probe can read: a file only alone (it runs on its own
@@ -769,8 +782,12 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
         |e: std::io::Error| ProbeError::Config(format!("cannot start a sink thread: {e}"));
     if let Some((path, format)) = &cfg.flows_out {
         let name = format!("flows file '{}'", path.display());
-        let file =
-            Box::new(FileSink::new(name, open_output(path)?, *format).with_geo(cfg.geo.clone()));
+        let (out, chunk) = open_output(path)?;
+        let file = Box::new(
+            FileSink::new(name, out, *format)
+                .batched(chunk)
+                .with_geo(cfg.geo.clone()),
+        );
         sinks.push(
             QueuedSink::start(
                 file,
@@ -846,7 +863,7 @@ pub fn start(cfg: ProbeConfig) -> Result<Probe, ProbeError> {
 
     let host_sink = match &cfg.hosts_out {
         Some(path) => {
-            let mut out = open_output(path)?;
+            let (mut out, _) = open_output(path)?;
             let (tx, rx) = bounded::<Vec<Host>>(64);
             let h = std::thread::Builder::new()
                 .name("host-sink".into())

@@ -288,6 +288,13 @@ impl<W: Write + Send> FileSink<W> {
         }
     }
 
+    /// Formats `bytes` of records before each write (see [`FlowWriter::batched`]): give the
+    /// size of the `BufWriter` in front of the file, so whole chunks skip its copy.
+    pub fn batched(mut self, bytes: usize) -> Self {
+        self.writer = self.writer.batched(bytes);
+        self
+    }
+
     /// Records carry the country and AS of both ends (`--geoip-dir`).
     pub fn with_geo(mut self, geo: Option<std::sync::Arc<sonde_geo::GeoDb>>) -> Self {
         self.writer = self.writer.with_geo(geo);
@@ -305,6 +312,12 @@ impl<W: Write + Send> RecordSink for FileSink<W> {
             self.writer.write(r)?;
         }
         Ok(())
+    }
+
+    /// A quiet second: what is pending reaches the file (a reader following it sees the
+    /// records of a live run within about a second).
+    fn idle(&mut self) -> io::Result<()> {
+        self.writer.flush()
     }
 
     fn finish(&mut self) -> io::Result<SinkReport> {
