@@ -95,7 +95,12 @@ pub fn format_mac(out: &mut String, m: &[u8; 6]) {
 /// Appends `n` in decimal.
 #[inline]
 fn push_number(out: &mut String, n: u64) {
-    out.push_str(itoa::Buffer::new().format(n));
+    if n < 10 {
+        // Most of a record's counters are 0 or 1 (no retransmission, no fragment, one packet).
+        out.push((b'0' + n as u8) as char);
+    } else {
+        out.push_str(itoa::Buffer::new().format(n));
+    }
 }
 
 /// Appends microseconds as milliseconds with three decimals (what `{:.3}` writes of
@@ -103,10 +108,14 @@ fn push_number(out: &mut String, n: u64) {
 fn push_millis(out: &mut String, us: u32) {
     push_number(out, (us / 1000) as u64);
     let frac = us % 1000;
-    out.push('.');
-    for d in [frac / 100, frac / 10 % 10, frac % 10] {
-        out.push((b'0' + d as u8) as char);
-    }
+    let text = [
+        b'.',
+        b'0' + (frac / 100) as u8,
+        b'0' + (frac / 10 % 10) as u8,
+        b'0' + (frac % 10) as u8,
+    ];
+    // SAFETY: a dot and three ASCII digits.
+    out.push_str(unsafe { std::str::from_utf8_unchecked(&text) });
 }
 
 /// What a field's value is, for the writers: a JSON number, or a string to escape. A
@@ -1332,6 +1341,15 @@ mod tests {
         assert_eq!(lines[0].split(',').count(), FLOW_COLUMNS.len());
         assert_eq!(lines[1].split(',').count(), FLOW_COLUMNS.len());
         assert!(lines[1].starts_with("10.0.0.9,10.0.0.1,,,40000,80,6,4,"));
+    }
+
+    #[test]
+    fn numbers_format_as_std_does() {
+        for n in (0..=1000).chain([9_999, u32::MAX as u64, u64::MAX - 1, u64::MAX]) {
+            let mut got = String::from("x");
+            push_number(&mut got, n);
+            assert_eq!(got, format!("x{n}"));
+        }
     }
 
     #[test]
