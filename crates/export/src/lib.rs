@@ -1225,15 +1225,18 @@ mod tests {
         let alphabet: Vec<char> = "a\"\\<>&\u{0}\u{1f}\u{7f}\u{80}é€\u{2028}\u{2029}\u{2026}😀 "
             .chars()
             .collect();
+        // The state moves on for every string, so an empty one does not repeat for good.
         let mut x = 0x2545_f491_u32;
+        let mut next = || {
+            x ^= x << 13;
+            x ^= x >> 17;
+            x ^= x << 5;
+            x as usize
+        };
         for _ in 0..2000 {
-            let mut s = String::new();
-            for _ in 0..(x % 12) {
-                x ^= x << 13;
-                x ^= x >> 17;
-                x ^= x << 5;
-                s.push(alphabet[x as usize % alphabet.len()]);
-            }
+            let s = (0..next() % 12)
+                .map(|_| alphabet[next() % alphabet.len()])
+                .collect();
             cases.push(s);
         }
         for s in cases {

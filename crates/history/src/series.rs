@@ -465,10 +465,16 @@ fn gap_values(v: &mut [u64]) {
     }
 }
 
+/// A rollup column that is a gap: every value `GAP`, no second counted.
+const GAP_ROLLUP: [u64; ROLLUP_VALUES] = {
+    let mut acc = [GAP; ROLLUP_VALUES];
+    acc[SECONDS_AT] = 0;
+    acc
+};
+
 /// Makes a rollup column a gap.
 fn rollup_gap(acc: &mut [u64]) {
-    acc[..SECONDS_AT].fill(GAP);
-    acc[SECONDS_AT] = 0;
+    acc[..ROLLUP_VALUES].copy_from_slice(&GAP_ROLLUP);
 }
 
 /// Adds one second's five values to a rollup column.
@@ -547,6 +553,16 @@ fn rollup_of_sample(s: &Sample, acc: &mut [u64]) {
 
 /// A key as one line of the keys file (without the newline).
 fn escape_key(key: &str, out: &mut Vec<u8>) {
+    // Most keys (addresses, names) need no escape: a byte below 0x20, DEL, the backslash, or
+    // 0xC2 (the lead byte of U+0080..U+00BF, where the C1 controls are) sends the key the
+    // long way, character by character.
+    if !key
+        .bytes()
+        .any(|b| b < 0x20 || b == 0x7f || b == b'\\' || b == 0xc2)
+    {
+        out.extend_from_slice(key.as_bytes());
+        return;
+    }
     for ch in key.chars() {
         match ch {
             '\\' => out.extend_from_slice(b"\\\\"),
@@ -1302,12 +1318,16 @@ struct Block {
 
 impl Block {
     fn new() -> Block {
+        // Room for every column a block can have, reserved at once: columns come one at a
+        // time, and growing by doubling copied each array over and over (the pages of the
+        // columns not used yet are never touched).
+        let rollup = || Vec::with_capacity(COLUMNS_PER_BLOCK as usize * ROLLUP_VALUES);
         Block {
             rings: Vec::new(),
             columns: 0,
-            second: Vec::new(),
+            second: Vec::with_capacity(COLUMNS_PER_BLOCK as usize * METRICS),
             second_set: false,
-            rollups: [Vec::new(), Vec::new(), Vec::new()],
+            rollups: [rollup(), rollup(), rollup()],
             rollup_set: [false; 3],
         }
     }
@@ -1317,10 +1337,10 @@ impl Block {
         let n = self.columns as usize;
         self.second.resize(n * METRICS, GAP);
         for r in &mut self.rollups {
-            let old = r.len();
-            r.resize(n * ROLLUP_VALUES, 0);
-            for acc in r[old..].chunks_exact_mut(ROLLUP_VALUES) {
-                rollup_gap(acc);
+            // Column by column from the gap template (a new key comes once a second per
+            // host at worst, so this runs a million times in a flood).
+            while r.len() < n * ROLLUP_VALUES {
+                r.extend_from_slice(&GAP_ROLLUP);
             }
         }
     }

@@ -424,6 +424,47 @@ fn hostile_keys_cannot_break_the_keys_file() {
 }
 
 #[test]
+fn keys_without_a_character_to_escape_are_copied_as_the_long_way_writes_them() {
+    // The character-by-character rule, for every key whatever its bytes.
+    let by_char = |key: &str| {
+        let mut out = Vec::new();
+        for ch in key.chars() {
+            match ch {
+                '\\' => out.extend_from_slice(b"\\\\"),
+                '\n' => out.extend_from_slice(b"\\n"),
+                c if c.is_control() => {
+                    out.extend_from_slice(format!("\\u{{{:x}}}", c as u32).as_bytes())
+                }
+                c => out.extend_from_slice(c.to_string().as_bytes()),
+            }
+        }
+        out
+    };
+    let alphabet: Vec<char> = "a.:1\\\n\u{0}\u{1f}\u{7f}\u{80}\u{9f}\u{a0}\u{bf}\u{c0}é€😀 "
+        .chars()
+        .collect();
+    let mut keys: Vec<String> = vec!["10.0.0.1".into(), "2001:db8::1".into(), "".into()];
+    let mut x = 0x9e37_79b9_u32;
+    let mut next = || {
+        x ^= x << 13;
+        x ^= x >> 17;
+        x ^= x << 5;
+        x as usize
+    };
+    for _ in 0..3000 {
+        let k = (0..next() % 9)
+            .map(|_| alphabet[next() % alphabet.len()])
+            .collect();
+        keys.push(k);
+    }
+    for key in keys {
+        let mut line = b"before".to_vec();
+        escape_key(&key, &mut line);
+        assert_eq!(line[6..], by_char(&key)[..], "{key:?}");
+    }
+}
+
+#[test]
 fn escaping_round_trips() {
     for key in ["a", "\\", "\\\\n", "\n\n", "\u{7f}\u{85}", "{}\\u{}"] {
         let mut line = Vec::new();
