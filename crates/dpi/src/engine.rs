@@ -170,16 +170,15 @@ impl Dpi {
             }
         } else {
             let mut undecided = false;
-            let (order, n) = match pkt.l4 {
-                L4::Tcp => &TCP_DETECTORS,
-                L4::Udp => &UDP_DETECTORS,
-            };
-            for &i in &order[..*n] {
-                let (i, d) = (i as usize, &DETECTORS[i as usize]);
-                if f.excluded & (1 << i) != 0 {
-                    continue;
-                }
-                match (d.run)(&pkt, &mut f.flow) {
+            // The transport's detectors not ruled out yet, lowest index (first in order) first.
+            let mut left = match pkt.l4 {
+                L4::Tcp => TCP_DETECTORS,
+                L4::Udp => UDP_DETECTORS,
+            } & !f.excluded;
+            while left != 0 {
+                let i = left.trailing_zeros() as usize;
+                left &= left - 1;
+                match (DETECTORS[i].run)(&pkt, &mut f.flow) {
                     Verdict::No => f.excluded |= 1 << i,
                     Verdict::Unsure => undecided = true,
                     Verdict::Is { proto, done } => {
@@ -282,23 +281,22 @@ pub struct FlowCtx {
     pub ip_version: u8,
 }
 
-/// The indexes into [`DETECTORS`] of the detectors for one transport, in their order, and
-/// how many there are: a packet's loop visits only those.
-const fn detectors_for(tcp: bool) -> ([u8; DETECTORS.len()], usize) {
-    let mut order = [0u8; DETECTORS.len()];
-    let (mut i, mut n) = (0, 0);
+/// The detectors for one transport, as a bit set over [`DETECTORS`] (bit `i` is
+/// `DETECTORS[i]`): a packet's loop visits only those, in index order.
+const fn detectors_for(tcp: bool) -> u64 {
+    let mut set = 0;
+    let mut i = 0;
     while i < DETECTORS.len() {
         if (tcp && DETECTORS[i].tcp) || (!tcp && DETECTORS[i].udp) {
-            order[n] = i as u8;
-            n += 1;
+            set |= 1 << i;
         }
         i += 1;
     }
-    (order, n)
+    set
 }
 
-static TCP_DETECTORS: ([u8; DETECTORS.len()], usize) = detectors_for(true);
-static UDP_DETECTORS: ([u8; DETECTORS.len()], usize) = detectors_for(false);
+const TCP_DETECTORS: u64 = detectors_for(true);
+const UDP_DETECTORS: u64 = detectors_for(false);
 
 // `FlowDpi::excluded` is a u64 bit set.
 const _: () = assert!(DETECTORS.len() <= 64);
