@@ -67,3 +67,38 @@ def test_live_loopback_counts_exactly(threads, sonde_bin, workdir):
     assert (r["IN_PKTS"], r["OUT_PKTS"]) == (SENT, 0), r
     # IP bytes: 20 (IPv4) + 8 (UDP) + payload, per datagram.
     assert r["IN_BYTES"] == SENT * (28 + len(PAYLOAD)), r
+
+
+def test_a_quiet_live_run_writes_its_expired_flows_within_seconds(sonde_bin, workdir):
+    """The flows file is written in large chunks; what is pending goes out after a second
+    without new records, so a reader following a live run's file sees an expired flow then,
+    not only when sonde exits."""
+    if os.geteuid() != 0:
+        pytest.skip("live capture needs root")
+    port = _free_udp_port()
+    flows = workdir / "flows-live.jsonl"
+    proc = subprocess.Popen(
+        [str(sonde_bin), "-i", "lo", "-f", f"udp and port {port}", "--idle-timeout", "1",
+         "--flows-out", str(flows), "-q"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, stdin=subprocess.DEVNULL)
+    try:
+        time.sleep(1.5)
+        assert proc.poll() is None, f"sonde exited early: {proc.stderr.read()}"
+        tx = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
+        for _ in range(5):
+            tx.sendto(PAYLOAD, ("127.0.0.1", port))
+        tx.close()
+        # Idle timeout 1 s, the sink's idle second, and the housekeeping tick: well under 10 s.
+        deadline = time.monotonic() + 10
+        recs = []
+        while time.monotonic() < deadline and not recs:
+            time.sleep(0.25)
+            if flows.exists():
+                recs = [r for r in oracle.load_jsonl(str(flows))
+                        if port in (r.get("L4_SRC_PORT"), r.get("L4_DST_PORT"))]
+        assert proc.poll() is None, "sonde is still running while the record is read"
+        assert len(recs) == 1 and recs[0]["IN_PKTS"] == 5, recs
+    finally:
+        if proc.poll() is None:
+            proc.terminate()
+            proc.wait(timeout=30)
