@@ -828,6 +828,7 @@ impl<W: Write> FlowWriter<W> {
     }
 
     /// The output so far (a caller writing one record per message empties it in between).
+    /// A batched writer's last records are not in it until [`FlowWriter::flush`].
     pub fn get_mut(&mut self) -> &mut W {
         &mut self.out
     }
