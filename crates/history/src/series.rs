@@ -563,6 +563,11 @@ fn escape_key(key: &str, out: &mut Vec<u8>) {
         out.extend_from_slice(key.as_bytes());
         return;
     }
+    escape_key_by_char(key, out);
+}
+
+/// [`escape_key`]'s rule, applied to every character.
+fn escape_key_by_char(key: &str, out: &mut Vec<u8>) {
     for ch in key.chars() {
         match ch {
             '\\' => out.extend_from_slice(b"\\\\"),

@@ -428,16 +428,7 @@ fn keys_without_a_character_to_escape_are_copied_as_the_long_way_writes_them() {
     // The character-by-character rule, for every key whatever its bytes.
     let by_char = |key: &str| {
         let mut out = Vec::new();
-        for ch in key.chars() {
-            match ch {
-                '\\' => out.extend_from_slice(b"\\\\"),
-                '\n' => out.extend_from_slice(b"\\n"),
-                c if c.is_control() => {
-                    out.extend_from_slice(format!("\\u{{{:x}}}", c as u32).as_bytes())
-                }
-                c => out.extend_from_slice(c.to_string().as_bytes()),
-            }
-        }
+        escape_key_by_char(key, &mut out);
         out
     };
     let alphabet: Vec<char> = "a.:1\\\n\u{0}\u{1f}\u{7f}\u{80}\u{9f}\u{a0}\u{bf}\u{c0}é€😀 "
